@@ -1,0 +1,69 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "minato",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "minato", targets: ["minato"]),
+        .library(name: "MinatoWire", targets: ["MinatoWire"]),
+        .library(name: "MinatoMedia", targets: ["MinatoMedia"]),
+        .library(name: "MinatoTransport", targets: ["MinatoTransport"]),
+        .library(name: "MinatoRooms", targets: ["MinatoRooms"]),
+        .library(name: "MinatoServer", targets: ["MinatoServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.0"),
+    ],
+    targets: [
+        // C libraries, found with pkg-config.
+        .systemLibrary(name: "CNice", pkgConfig: "nice", providers: [.apt(["libnice-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSRTP", pkgConfig: "libsrtp2", providers: [.apt(["libsrtp2-dev"])]),
+        // Macros and variadic C calls Swift cannot import.
+        .target(name: "CMinatoShims", dependencies: ["CNice", "COpenSSL"]),
+
+        // Wire: RTP/RTCP views and builders, RFC 7983 demux, SDP. Pure Swift, no I/O.
+        .target(name: "MinatoWire", swiftSettings: strict),
+        // Media engine: Router / Producer / Consumer. Sans-IO.
+        .target(name: "MinatoMedia", dependencies: ["MinatoWire"], swiftSettings: strict),
+        // Transport: libnice ICE, OpenSSL DTLS, libsrtp2 SRTP, media worker threads.
+        .target(
+            name: "MinatoTransport",
+            dependencies: ["MinatoWire", "MinatoMedia", "CNice", "COpenSSL", "CSRTP", "CMinatoShims",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        // Rooms: the SkyWay room model over the engine.
+        .target(
+            name: "MinatoRooms",
+            dependencies: ["MinatoWire", "MinatoMedia", "MinatoTransport",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        // Server: JSON-RPC over WebSocket, config.
+        .target(
+            name: "MinatoServer",
+            dependencies: ["MinatoRooms", "MinatoTransport",
+                           .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Yams", package: "Yams")],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "minato",
+            dependencies: ["MinatoServer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict),
+
+        .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
+        .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

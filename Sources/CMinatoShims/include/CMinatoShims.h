@@ -1,0 +1,42 @@
+// Thin wrappers for C macros and variadic functions that Swift cannot import.
+// Nothing here holds state; every function forwards to the library.
+#ifndef CMINATO_SHIMS_H
+#define CMINATO_SHIMS_H
+
+#include <agent.h>
+#include <openssl/ssl.h>
+#include <openssl/evp.h>
+
+typedef void (*minato_component_state_cb)(NiceAgent *agent, guint stream_id, guint component_id,
+                                          guint state, gpointer user_data);
+typedef void (*minato_gathering_done_cb)(NiceAgent *agent, guint stream_id, gpointer user_data);
+typedef void (*minato_selected_pair_cb)(NiceAgent *agent, guint stream_id, guint component_id,
+                                        NiceCandidate *local, NiceCandidate *remote, gpointer user_data);
+
+/// Creates an agent with UPnP and ICE-TCP off; `lite` selects ICE-lite (controlled).
+NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling);
+gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data);
+gulong minato_nice_on_gathering_done(NiceAgent *agent, minato_gathering_done_cb cb, gpointer data);
+gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data);
+void minato_signal_disconnect(gpointer instance, gulong handler);
+/// Fills `addr` from a numeric IPv4/IPv6 string; returns FALSE when it is not one.
+gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip);
+
+/// ECDSA P-256 key (EVP_EC_gen is a macro over a variadic call).
+EVP_PKEY *minato_ec_p256_key(void);
+/// DTLSv1_get_timeout: milliseconds until the next retransmission, or -1 if no timer runs.
+long minato_dtls_timeout_ms(SSL *ssl);
+/// DTLSv1_handle_timeout.
+int minato_dtls_handle_timeout(SSL *ssl);
+/// BIO_set_mem_eof_return(bio, -1): an empty memory BIO means "retry", not EOF.
+void minato_bio_mem_retry_when_empty(BIO *bio);
+/// SSL_CTX_set_min_proto_version(ctx, DTLS1_2_VERSION) and friends.
+int minato_ssl_ctx_dtls12(SSL_CTX *ctx);
+/// SSL_OP_CIPHER_SERVER_PREFERENCE and SSL_CTX_set_read_ahead(ctx, 1) (both macros).
+void minato_ssl_ctx_server_preference_read_ahead(SSL_CTX *ctx);
+/// SSL_set_mtu + SSL_OP_NO_QUERY_MTU.
+void minato_ssl_set_mtu(SSL *ssl, long mtu);
+/// BIO_get_data / BIO_set_flags helpers for a custom write BIO.
+void minato_bio_set_retry_write(BIO *bio);
+
+#endif

@@ -1,0 +1,67 @@
+/// Index of a transport registered with a `MediaEngine` (one per WebRTC connection).
+public struct TransportIndex: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public var description: String { "transport#\(rawValue)" }
+}
+
+/// A Router groups the Producers and Consumers of one room; a Consumer may only attach to a
+/// Producer of its own Router.
+public struct RouterId: Hashable, Sendable {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+}
+
+public struct ProducerId: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public var description: String { "producer#\(rawValue)" }
+}
+
+public struct ConsumerId: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    public var description: String { "consumer#\(rawValue)" }
+}
+
+/// Monotonic time in nanoseconds. The engine never reads a clock: callers pass `now`.
+public typealias Nanoseconds = UInt64
+
+public enum MediaKind: Sendable, Equatable { case audio, video }
+
+/// Why a received packet was not forwarded (counted, never logged per packet).
+public enum DropReason: Int, CaseIterable, Sendable {
+    case malformedRtp, malformedRtcp, unknownSsrc, retransmission, unknownPayloadType,
+         producerPaused, waitingForKeyFrame, outboxFull, srtpFailure, unknownPacket
+    public var name: String {
+        switch self {
+        case .malformedRtp: return "malformed_rtp"
+        case .malformedRtcp: return "malformed_rtcp"
+        case .unknownSsrc: return "unknown_ssrc"
+        case .retransmission: return "retransmission"
+        case .unknownPayloadType: return "unknown_payload_type"
+        case .producerPaused: return "producer_paused"
+        case .waitingForKeyFrame: return "waiting_for_key_frame"
+        case .outboxFull: return "outbox_full"
+        case .srtpFailure: return "srtp_failure"
+        case .unknownPacket: return "unknown_packet"
+        }
+    }
+}
+
+public enum MediaError: Error, Equatable, Sendable, CustomStringConvertible {
+    case unknownTransport(TransportIndex)
+    case unknownProducer(ProducerId)
+    case unknownConsumer(ConsumerId)
+    case routerMismatch
+    case ssrcInUse(UInt32)
+    public var description: String {
+        switch self {
+        case .unknownTransport(let t): return "no such \(t)"
+        case .unknownProducer(let p): return "no such \(p)"
+        case .unknownConsumer(let c): return "no such \(c)"
+        case .routerMismatch: return "a consumer must belong to its producer's router"
+        case .ssrcInUse(let s): return "SSRC \(s) is already used by another producer on this transport"
+        }
+    }
+}

@@ -1,0 +1,450 @@
+public import MinatoWire
+
+/// How a producer is asked for a keyframe (what the publisher negotiated).
+public enum KeyFrameRequestMethod: Sendable { case pli, fir, none }
+
+/// What the engine needs to know about a published stream.
+public struct ProducerParameters: Sendable {
+    public var transport: TransportIndex
+    public var kind: MediaKind
+    public var ssrc: UInt32
+    public var rtxSsrc: UInt32?
+    public var payloadType: UInt8
+    public var clockRate: UInt32
+    public var codec: VideoCodecKind
+    public var keyFrameRequest: KeyFrameRequestMethod
+    public var paused: Bool
+    public init(transport: TransportIndex, kind: MediaKind, ssrc: UInt32, rtxSsrc: UInt32? = nil,
+                payloadType: UInt8, clockRate: UInt32, codec: VideoCodecKind,
+                keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false) {
+        self.transport = transport; self.kind = kind; self.ssrc = ssrc
+        self.rtxSsrc = rtxSsrc; self.payloadType = payloadType; self.clockRate = clockRate
+        self.codec = codec; self.keyFrameRequest = keyFrameRequest; self.paused = paused
+    }
+}
+
+/// What the engine needs to know about one subscriber's copy of a stream.
+public struct ConsumerParameters: Sendable {
+    public var producer: ProducerId
+    public var transport: TransportIndex
+    public var ssrc: UInt32
+    public var payloadType: UInt8
+    /// Publisher extension id -> subscriber extension id (0 erases the element).
+    public var extensionIds: ExtensionIdMap
+    public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap) {
+        self.producer = producer; self.transport = transport; self.ssrc = ssrc
+        self.payloadType = payloadType; self.extensionIds = extensionIds
+    }
+}
+
+/// A packet the engine wants sent: the clear RTP/RTCP bytes sit in the engine's outbox slot,
+/// which has `SrtpTrailerRoom` spare bytes after `length` so the caller can protect in place.
+public struct Transmit {
+    public let transport: TransportIndex
+    public let isRtcp: Bool
+    public let bytes: UnsafeMutableRawPointer
+    public let length: Int
+}
+
+public struct ProducerStats: Sendable {
+    public var packetsReceived: UInt64, bytesReceived: UInt64, keyFrameRequests: UInt64
+}
+public struct ConsumerStats: Sendable {
+    public var packetsSent: UInt64, bytesSent: UInt64
+}
+
+/// The forwarding core of one media worker: every Router's Producers and Consumers and the
+/// transports they use, kept in flat arrays indexed by id (one owner, no references between
+/// them). Sans-IO: `handleRtp`/`handleRtcp`/`handleTimeout` take packets and the time and
+/// leave packets to send in the outbox (`transmitCount`, `transmit(at:)`, `clearTransmits()`).
+/// Not thread-safe: lives on one media worker thread. The packet path allocates nothing.
+public final class MediaEngine {
+    struct TransportEntry {
+        var active = false
+        var router = RouterId(-1)
+        /// Our SSRC for RTCP feedback sent on this transport.
+        var feedbackSsrc: UInt32 = 0
+        /// (ssrc, producer) for demux of incoming RTP; rtx SSRCs map to -1 - producer.
+        var receiveSsrcs = ContiguousArray<(ssrc: UInt32, producer: Int32)>()
+        /// Consumers sending on this transport (for incoming RTCP feedback).
+        var consumers = ContiguousArray<Int32>()
+        var lastReceivedAt: Nanoseconds = 0
+    }
+
+    struct Producer {
+        var active = false
+        var parameters: ProducerParameters
+        var consumers = ContiguousArray<Int32>()
+        var stream = RtpStream()
+        var keyFrames = KeyFrameRequester()
+        var keyFrameRequests: UInt64 = 0
+    }
+
+    struct Consumer {
+        var active = false
+        var parameters: ConsumerParameters
+        var rewriter: SequenceRewriter
+        /// Video waits for a keyframe before its first packet and after a resume.
+        var waitingForKeyFrame: Bool
+        var packetsSent: UInt64 = 0
+        var bytesSent: UInt64 = 0
+        var octetsSent: UInt64 = 0
+    }
+
+    public static let slotSize = 1600
+    public static let srtpTrailerRoom = 64
+
+    private var transports = ContiguousArray<TransportEntry>()
+    private var producers = ContiguousArray<Producer>()
+    private var consumers = ContiguousArray<Consumer>()
+    private var freeTransports: [Int32] = []
+    private var freeProducers: [Int32] = []
+    private var freeConsumers: [Int32] = []
+
+    // Outbox: preallocated slots; `pending` transmits in order.
+    private let outbox: UnsafeMutableRawPointer
+    private let outboxSlots: Int
+    private let pendingTransports: UnsafeMutablePointer<Int32>
+    private let pendingLengths: UnsafeMutablePointer<Int32>
+    private let pendingIsRtcp: UnsafeMutablePointer<Bool>
+    public private(set) var transmitCount = 0
+
+    // Counters.
+    public private(set) var rtpPacketsReceived: UInt64 = 0
+    public private(set) var rtpBytesReceived: UInt64 = 0
+    public private(set) var rtpPacketsForwarded: UInt64 = 0
+    public private(set) var rtpBytesForwarded: UInt64 = 0
+    public private(set) var rtcpPacketsReceived: UInt64 = 0
+    public private(set) var keyFrameRequestsSent: UInt64 = 0
+    public private(set) var nacksReceived: UInt64 = 0
+    private var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
+    private var nextReportAt: Nanoseconds = 0
+    public static let reportInterval: Nanoseconds = 1_000_000_000
+
+    public init(outboxSlots: Int = 512) {
+        self.outboxSlots = outboxSlots
+        outbox = UnsafeMutableRawPointer.allocate(byteCount: outboxSlots * Self.slotSize, alignment: 16)
+        pendingTransports = .allocate(capacity: outboxSlots)
+        pendingLengths = .allocate(capacity: outboxSlots)
+        pendingIsRtcp = .allocate(capacity: outboxSlots)
+    }
+
+    deinit {
+        outbox.deallocate()
+        pendingTransports.deallocate()
+        pendingLengths.deallocate()
+        pendingIsRtcp.deallocate()
+    }
+
+    // MARK: Control (not on the packet path; may allocate)
+
+    /// Registers a transport of `router`'s room; its producers and consumers stay in that router.
+    public func addTransport(router: RouterId, feedbackSsrc: UInt32) -> TransportIndex {
+        var entry = TransportEntry()
+        entry.active = true
+        entry.router = router
+        entry.feedbackSsrc = feedbackSsrc
+        if let slot = freeTransports.popLast() {
+            transports[Int(slot)] = entry
+            return TransportIndex(slot)
+        }
+        transports.append(entry)
+        return TransportIndex(Int32(transports.count - 1))
+    }
+
+    /// Removes a transport with every producer and consumer on it.
+    public func removeTransport(_ t: TransportIndex) {
+        guard isActive(t) else { return }
+        for c in transports[Int(t.rawValue)].consumers { removeConsumer(ConsumerId(c)) }
+        for (_, p) in transports[Int(t.rawValue)].receiveSsrcs where p >= 0 { removeProducer(ProducerId(p)) }
+        transports[Int(t.rawValue)] = TransportEntry()
+        freeTransports.append(t.rawValue)
+    }
+
+    public func addProducer(_ parameters: ProducerParameters) throws(MediaError) -> ProducerId {
+        let t = parameters.transport
+        guard isActive(t) else { throw .unknownTransport(t) }
+        for entry in transports[Int(t.rawValue)].receiveSsrcs
+        where entry.ssrc == parameters.ssrc || (parameters.rtxSsrc != nil && entry.ssrc == parameters.rtxSsrc) {
+            throw .ssrcInUse(entry.ssrc)
+        }
+        var producer = Producer(parameters: parameters)
+        producer.active = true
+        let id: Int32
+        if let slot = freeProducers.popLast() { producers[Int(slot)] = producer; id = slot }
+        else { producers.append(producer); id = Int32(producers.count - 1) }
+        transports[Int(t.rawValue)].receiveSsrcs.append((parameters.ssrc, id))
+        if let rtx = parameters.rtxSsrc { transports[Int(t.rawValue)].receiveSsrcs.append((rtx, -1 - id)) }
+        return ProducerId(id)
+    }
+
+    /// Removes a producer and every consumer of it.
+    public func removeProducer(_ p: ProducerId) {
+        guard isActive(p) else { return }
+        for c in producers[Int(p.rawValue)].consumers { removeConsumer(ConsumerId(c)) }
+        let t = Int(producers[Int(p.rawValue)].parameters.transport.rawValue)
+        transports[t].receiveSsrcs.removeAll { $0.producer == p.rawValue || $0.producer == -1 - p.rawValue }
+        producers[Int(p.rawValue)].active = false
+        producers[Int(p.rawValue)].consumers = []
+        freeProducers.append(p.rawValue)
+    }
+
+    public func addConsumer(_ parameters: ConsumerParameters, now: Nanoseconds) throws(MediaError) -> ConsumerId {
+        let p = parameters.producer
+        guard isActive(p) else { throw .unknownProducer(p) }
+        guard isActive(parameters.transport) else { throw .unknownTransport(parameters.transport) }
+        let pp = producers[Int(p.rawValue)].parameters
+        guard transports[Int(pp.transport.rawValue)].router == transports[Int(parameters.transport.rawValue)].router
+        else { throw .routerMismatch }
+        var rng = SystemRandomNumberGenerator()
+        let consumer = Consumer(
+            active: true, parameters: parameters,
+            rewriter: SequenceRewriter(clockRate: pp.clockRate,
+                                       initialSequence: UInt16.random(in: 0...0x7FFF, using: &rng),
+                                       initialTimestamp: UInt32.random(in: 0...UInt32.max, using: &rng)),
+            waitingForKeyFrame: pp.kind == .video)
+        let id: Int32
+        if let slot = freeConsumers.popLast() { consumers[Int(slot)] = consumer; id = slot }
+        else { consumers.append(consumer); id = Int32(consumers.count - 1) }
+        producers[Int(p.rawValue)].consumers.append(id)
+        transports[Int(parameters.transport.rawValue)].consumers.append(id)
+        if pp.kind == .video { requestKeyFrame(p, now: now) }
+        return ConsumerId(id)
+    }
+
+    public func removeConsumer(_ c: ConsumerId) {
+        guard isActive(c) else { return }
+        let params = consumers[Int(c.rawValue)].parameters
+        if isActive(params.producer) { producers[Int(params.producer.rawValue)].consumers.removeAll { $0 == c.rawValue } }
+        if isActive(params.transport) { transports[Int(params.transport.rawValue)].consumers.removeAll { $0 == c.rawValue } }
+        consumers[Int(c.rawValue)].active = false
+        freeConsumers.append(c.rawValue)
+    }
+
+    /// Pauses (disabled publication) or resumes a producer; a resume asks for a keyframe and
+    /// restarts every consumer's numbering continuously.
+    public func setPaused(_ p: ProducerId, _ paused: Bool, now: Nanoseconds) {
+        guard isActive(p), producers[Int(p.rawValue)].parameters.paused != paused else { return }
+        producers[Int(p.rawValue)].parameters.paused = paused
+        if !paused {
+            let isVideo = producers[Int(p.rawValue)].parameters.kind == .video
+            for c in producers[Int(p.rawValue)].consumers {
+                consumers[Int(c)].rewriter.resync()
+                consumers[Int(c)].waitingForKeyFrame = isVideo
+            }
+            if isVideo { requestKeyFrame(p, now: now) }
+        }
+    }
+
+    /// The transport (re)connected: its video consumers wait for a fresh keyframe, requested now.
+    public func restartConsumers(on t: TransportIndex, now: Nanoseconds) {
+        guard isActive(t) else { return }
+        for c in transports[Int(t.rawValue)].consumers {
+            let p = consumers[Int(c)].parameters.producer
+            guard isActive(p), producers[Int(p.rawValue)].parameters.kind == .video else { continue }
+            consumers[Int(c)].waitingForKeyFrame = true
+            requestKeyFrame(p, now: now)
+        }
+    }
+
+    /// Asks the producer's sender for a keyframe, throttled per producer.
+    public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds) {
+        guard isActive(p) else { return }
+        if producers[Int(p.rawValue)].keyFrames.request(now: now) { emitKeyFrameRequest(Int(p.rawValue)) }
+    }
+
+    public func producerStats(_ p: ProducerId) -> ProducerStats? {
+        guard isActive(p) else { return nil }
+        let pr = producers[Int(p.rawValue)]
+        return ProducerStats(packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes, keyFrameRequests: pr.keyFrameRequests)
+    }
+    public func consumerStats(_ c: ConsumerId) -> ConsumerStats? {
+        guard isActive(c) else { return nil }
+        return ConsumerStats(packetsSent: consumers[Int(c.rawValue)].packetsSent, bytesSent: consumers[Int(c.rawValue)].bytesSent)
+    }
+    public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }
+    public func countDrop(_ reason: DropReason) { drops[reason.rawValue] &+= 1 }
+    public func lastReceived(on t: TransportIndex) -> Nanoseconds? {
+        isActive(t) ? transports[Int(t.rawValue)].lastReceivedAt : nil
+    }
+    public var activeProducerCount: Int { producers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
+    public var activeConsumerCount: Int { consumers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
+
+    // MARK: Packet path (no allocation, no locks, no String)
+
+    /// Forwards one clear RTP packet received on `transport` to every consumer of its producer.
+    public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds) {
+        rtpPacketsReceived &+= 1
+        rtpBytesReceived &+= UInt64(packet.count)
+        let t = Int(transport.rawValue)
+        guard t >= 0, t < transports.count, transports[t].active else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        transports[t].lastReceivedAt = now
+        guard let view = RtpPacketView(packet) else { drops[DropReason.malformedRtp.rawValue] &+= 1; return }
+        let ssrc = view.ssrc
+        var found: Int32 = Int32.min
+        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
+        if found == Int32.min { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        if found < 0 { drops[DropReason.retransmission.rawValue] &+= 1; return }
+        let p = Int(found)
+        let sequence = view.sequenceNumber, timestamp = view.timestamp
+        producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: packet.count, now: now,
+                                     clockRate: producers[p].parameters.clockRate)
+        if producers[p].parameters.paused { drops[DropReason.producerPaused.rawValue] &+= 1; return }
+        if view.payloadType != producers[p].parameters.payloadType {
+            drops[DropReason.unknownPayloadType.rawValue] &+= 1; return
+        }
+        let isVideo = producers[p].parameters.kind == .video
+        let isKey = isVideo && isKeyframe(codec: producers[p].parameters.codec, payload: UnsafeRawBufferPointer(view.payload))
+        let count = producers[p].consumers.count
+        var i = 0
+        while i < count {
+            let c = Int(producers[p].consumers[i])
+            i += 1
+            if consumers[c].waitingForKeyFrame {
+                if !isKey { drops[DropReason.waitingForKeyFrame.rawValue] &+= 1; continue }
+                consumers[c].waitingForKeyFrame = false
+            }
+            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
+            let slot = outbox + transmitCount * Self.slotSize
+            let length = min(packet.count, Self.slotSize - Self.srtpTrailerRoom)
+            slot.copyMemory(from: packet.baseAddress!, byteCount: length)
+            guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else { continue }
+            let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
+            var o = out
+            o.ssrc = consumers[c].parameters.ssrc
+            o.payloadType = consumers[c].parameters.payloadType
+            o.sequenceNumber = outSeq
+            o.timestamp = outTs
+            o.remapExtensionIds(consumers[c].parameters.extensionIds)
+            consumers[c].packetsSent &+= 1
+            consumers[c].bytesSent &+= UInt64(length)
+            consumers[c].octetsSent &+= UInt64(o.payloadLength)
+            pendingTransports[transmitCount] = consumers[c].parameters.transport.rawValue
+            pendingLengths[transmitCount] = Int32(length)
+            pendingIsRtcp[transmitCount] = false
+            transmitCount += 1
+            rtpPacketsForwarded &+= 1
+            rtpBytesForwarded &+= UInt64(length)
+        }
+    }
+
+    /// Handles one clear (compound) RTCP packet received on `transport`.
+    public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
+        rtcpPacketsReceived &+= 1
+        let t = Int(transport.rawValue)
+        guard t >= 0, t < transports.count, transports[t].active else { return }
+        transports[t].lastReceivedAt = now
+        var it = RtcpIterator(packet)
+        while let p = it.next() {
+            if let sr = SenderReport(p) {
+                handleSenderReport(sr, transport: t, now: now)
+            } else if let pli = PictureLossIndication(p) {
+                keyFrameRequested(mediaSsrc: pli.mediaSsrc, transport: t, now: now)
+            } else if let fir = FullIntraRequest(p) {
+                for i in 0..<fir.entryCount {
+                    if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
+                }
+            } else if GenericNack(p) != nil {
+                nacksReceived &+= 1
+            }
+        }
+        if it.malformed { drops[DropReason.malformedRtcp.rawValue] &+= 1 }
+    }
+
+    /// Sends due keyframe requests and periodic receiver reports.
+    public func handleTimeout(now: Nanoseconds) {
+        for p in producers.indices where producers[p].active {
+            if producers[p].keyFrames.poll(now: now) { emitKeyFrameRequest(p) }
+        }
+        if now >= nextReportAt {
+            nextReportAt = now &+ Self.reportInterval
+            for p in producers.indices where producers[p].active && producers[p].stream.packets > 0 {
+                let t = Int(producers[p].parameters.transport.rawValue)
+                guard transmitCount < outboxSlots else { break }
+                let block = producers[p].stream.reportBlock(ssrc: producers[p].parameters.ssrc, now: now)
+                let slot = outbox + transmitCount * Self.slotSize
+                let n = RtcpWriter.receiverReport(
+                    into: UnsafeMutableRawBufferPointer(start: slot, count: Self.slotSize - Self.srtpTrailerRoom),
+                    senderSsrc: transports[t].feedbackSsrc, block: block)
+                if n > 0 { enqueue(transport: Int32(t), length: n, isRtcp: true) }
+            }
+        }
+    }
+
+    // MARK: Outbox
+
+    public func transmit(at i: Int) -> Transmit {
+        Transmit(transport: TransportIndex(pendingTransports[i]), isRtcp: pendingIsRtcp[i],
+                 bytes: outbox + i * Self.slotSize, length: Int(pendingLengths[i]))
+    }
+    public func clearTransmits() { transmitCount = 0 }
+
+    // MARK: Private
+
+    @inline(__always) private func isActive(_ t: TransportIndex) -> Bool {
+        t.rawValue >= 0 && Int(t.rawValue) < transports.count && transports[Int(t.rawValue)].active
+    }
+    @inline(__always) private func isActive(_ p: ProducerId) -> Bool {
+        p.rawValue >= 0 && Int(p.rawValue) < producers.count && producers[Int(p.rawValue)].active
+    }
+    @inline(__always) private func isActive(_ c: ConsumerId) -> Bool {
+        c.rawValue >= 0 && Int(c.rawValue) < consumers.count && consumers[Int(c.rawValue)].active
+    }
+
+    private func enqueue(transport: Int32, length: Int, isRtcp: Bool) {
+        pendingTransports[transmitCount] = transport
+        pendingLengths[transmitCount] = Int32(length)
+        pendingIsRtcp[transmitCount] = isRtcp
+        transmitCount += 1
+    }
+
+    private func emitKeyFrameRequest(_ p: Int) {
+        let params = producers[p].parameters
+        guard params.keyFrameRequest != .none, transmitCount < outboxSlots else { return }
+        let t = Int(params.transport.rawValue)
+        let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
+                                                 count: Self.slotSize - Self.srtpTrailerRoom)
+        let n: Int
+        if params.keyFrameRequest == .fir {
+            n = RtcpWriter.fir(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc,
+                               sequence: producers[p].keyFrames.firSequence)
+        } else {
+            n = RtcpWriter.pli(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc)
+        }
+        guard n > 0 else { return }
+        enqueue(transport: Int32(t), length: n, isRtcp: true)
+        producers[p].keyFrameRequests &+= 1
+        keyFrameRequestsSent &+= 1
+    }
+
+    private func keyFrameRequested(mediaSsrc: UInt32, transport t: Int, now: Nanoseconds) {
+        for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == mediaSsrc {
+            requestKeyFrame(consumers[Int(c)].parameters.producer, now: now)
+            return
+        }
+    }
+
+    /// Translates a publisher's sender report for each started consumer (lip sync needs the
+    /// NTP <-> RTP mapping in each subscriber's own timestamp space).
+    private func handleSenderReport(_ sr: SenderReport, transport t: Int, now: Nanoseconds) {
+        let ssrc = sr.ssrc
+        var found = -1
+        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc && entry.producer >= 0 {
+            found = Int(entry.producer); break
+        }
+        guard found >= 0 else { return }
+        producers[found].stream.receivedSenderReport(ntp: sr.ntpTimestamp, rtpTimestamp: sr.rtpTimestamp, now: now)
+        for c in producers[found].consumers where consumers[Int(c)].rewriter.hasStarted {
+            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
+            let consumer = consumers[Int(c)]
+            let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
+                                                     count: Self.slotSize - Self.srtpTrailerRoom)
+            let n = RtcpWriter.senderReport(
+                into: slot, ssrc: consumer.parameters.ssrc, ntpTimestamp: sr.ntpTimestamp,
+                rtpTimestamp: consumer.rewriter.translate(timestamp: sr.rtpTimestamp),
+                packetCount: UInt32(truncatingIfNeeded: consumer.packetsSent),
+                octetCount: UInt32(truncatingIfNeeded: consumer.octetsSent))
+            if n > 0 { enqueue(transport: consumer.parameters.transport.rawValue, length: n, isRtcp: true) }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+public import MinatoRooms
+public import MinatoTransport
+internal import Foundation
+internal import Yams
+
+/// Everything the server is configured with. Built from embedded defaults, then
+/// `config/minato.yaml` (or `--config FILE`), then `MINATO_…` environment variables, then CLI
+/// flags — each layer overriding the one before. Every key is listed in `ConfigKey.all`, and
+/// `config/minato.yaml` documents each one; unknown keys are an error.
+public struct ServerConfiguration: Sendable {
+    /// `server.host`: the HTTP/WebSocket listen address.
+    public var host = "127.0.0.1"
+    /// `server.port`: the HTTP/WebSocket listen port.
+    public var port = 7880
+    /// `server.maxFrameBytes`: the largest WebSocket message accepted (larger: close 1009).
+    public var maxFrameBytes = 256 * 1024
+    /// `log.level`: trace, debug, info, notice, warning, error, critical.
+    public var logLevel = "info"
+    /// `media.workers`: media worker threads; 0 means one per active core.
+    public var mediaWorkers = 0
+    /// `media.ice.*`.
+    public var ice = IceConfiguration()
+    /// `media.transportTimeoutSec`: a connected transport that receives nothing for this long
+    /// is closed and its member removed with reason `transportClosed` (0 = never).
+    public var transportTimeoutSec = 10
+    /// `rooms.*`.
+    public var rooms = RoomConfiguration()
+
+    public init() {}
+
+    public var resolvedWorkerCount: Int {
+        mediaWorkers > 0 ? mediaWorkers : max(1, ProcessInfo.processInfo.activeProcessorCount)
+    }
+
+    /// Loads `file` (when given) over the defaults, then applies `environment`.
+    public static func load(file: String?, environment: [String: String]) throws(ConfigurationError) -> ServerConfiguration {
+        var config = ServerConfiguration()
+        if let file {
+            let text: String
+            do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+                throw ConfigurationError(message: "cannot read configuration file '\(file)': \(error.localizedDescription)")
+            }
+            try config.apply(yaml: text, source: file)
+        }
+        try config.apply(environment: environment)
+        try config.validate()
+        return config
+    }
+
+    /// Applies a YAML document; every key must be one of `ConfigKey.all`.
+    public mutating func apply(yaml text: String, source: String) throws(ConfigurationError) {
+        let root: Node?
+        do { root = try Yams.compose(yaml: text) } catch {
+            throw ConfigurationError(message: "\(source) is not valid YAML: \(error)")
+        }
+        guard let root else { return }
+        guard case .mapping = root else { throw ConfigurationError(message: "\(source): the top level must be a mapping of sections") }
+        var flat: [(String, Node)] = []
+        Self.flatten(root, prefix: "", into: &flat)
+        for (path, node) in flat {
+            guard let key = ConfigKey.all.first(where: { $0.path == path }) else {
+                let known = ConfigKey.all.map(\.path).joined(separator: ", ")
+                throw ConfigurationError(message: "\(source): unknown key '\(path)'. Known keys: \(known)")
+            }
+            let value: String
+            switch node {
+            case .scalar(let s): value = s.string
+            case .sequence(let seq):
+                value = seq.compactMap { n -> String? in if case .scalar(let s) = n { return s.string }; return nil }
+                    .joined(separator: ",")
+            default: throw ConfigurationError(message: "\(source): '\(path)' must be a value or a list")
+            }
+            try key.apply(&self, value, "\(source): \(path)")
+        }
+    }
+
+    /// Applies `MINATO_…` variables; a `MINATO_` variable that names no key is an error.
+    public mutating func apply(environment: [String: String]) throws(ConfigurationError) {
+        for (name, value) in environment.sorted(by: { $0.key < $1.key }) where name.hasPrefix("MINATO_") {
+            if name == "MINATO_BIN" || name == "MINATO_CONFIG" { continue }
+            guard let key = ConfigKey.all.first(where: { $0.environmentName == name }) else {
+                throw ConfigurationError(message: "environment variable \(name) names no configuration key; "
+                    + "known: \(ConfigKey.all.map(\.environmentName).joined(separator: ", "))")
+            }
+            try key.apply(&self, value, name)
+        }
+    }
+
+    public func validate() throws(ConfigurationError) {
+        guard (1...65535).contains(port) else { throw ConfigurationError(message: "server.port must be 1...65535") }
+        guard ice.portMin >= 1024, ice.portMin <= ice.portMax, ice.portMax <= 65535 else {
+            throw ConfigurationError(message: "media.ice.portMin/portMax must be a range within 1024...65535")
+        }
+        guard !ice.localAddresses.isEmpty else {
+            throw ConfigurationError(message: "media.ice.localAddresses must name at least one address")
+        }
+        guard rooms.defaultMaxSubscribers <= rooms.maxSubscribersCap else {
+            throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
+        }
+    }
+
+    private static func flatten(_ node: Node, prefix: String, into out: inout [(String, Node)]) {
+        guard case .mapping(let mapping) = node else {
+            out.append((prefix, node))
+            return
+        }
+        for (k, v) in mapping {
+            let name = k.string ?? ""
+            let path = prefix.isEmpty ? name : prefix + "." + name
+            if case .mapping = v { flatten(v, prefix: path, into: &out) } else { out.append((path, v)) }
+        }
+    }
+}
+
+public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+    public let message: String
+    public var description: String { message }
+}
+
+/// One configuration key: its dotted path, environment variable and parser.
+struct ConfigKey: Sendable {
+    let path: String
+    let apply: @Sendable (inout ServerConfiguration, String, String) throws(ConfigurationError) -> Void
+    var environmentName: String {
+        "MINATO_" + path.split(separator: ".").map { part in
+            // camelCase -> CAMEL_CASE
+            var s = ""
+            for ch in part {
+                if ch.isUppercase { s += "_" }
+                s += ch.uppercased()
+            }
+            return s
+        }.joined(separator: "_")
+    }
+
+    static func int(_ path: String, _ range: ClosedRange<Int>, _ set: @escaping @Sendable (inout ServerConfiguration, Int) -> Void) -> ConfigKey {
+        ConfigKey(path: path) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
+            guard let v = Int(value.trimmingCharacters(in: .whitespaces)), range.contains(v) else {
+                throw ConfigurationError(message: "\(source): '\(value)' must be an integer in \(range.lowerBound)...\(range.upperBound)")
+            }
+            set(&config, v)
+        }
+    }
+    static func bool(_ path: String, _ set: @escaping @Sendable (inout ServerConfiguration, Bool) -> Void) -> ConfigKey {
+        ConfigKey(path: path) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
+            switch value.lowercased() {
+            case "true", "yes", "on", "1": set(&config, true)
+            case "false", "no", "off", "0": set(&config, false)
+            default: throw ConfigurationError(message: "\(source): '\(value)' must be true or false")
+            }
+        }
+    }
+
+    static let all: [ConfigKey] = [
+        ConfigKey(path: "server.host") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.host = v },
+        .int("server.port", 1...65535) { $0.port = $1 },
+        .int("server.maxFrameBytes", 1024...(16 << 20)) { $0.maxFrameBytes = $1 },
+        ConfigKey(path: "log.level") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+            guard levels.contains(v.lowercased()) else {
+                throw ConfigurationError(message: "\(s): '\(v)' must be one of \(levels.joined(separator: ", "))")
+            }
+            c.logLevel = v.lowercased()
+        },
+        .int("media.workers", 0...256) { $0.mediaWorkers = $1 },
+        ConfigKey(path: "media.ice.localAddresses") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            for a in list where !isNumericAddress(a) {
+                throw ConfigurationError(message: "\(s): '\(a)' is not a numeric IPv4 or IPv6 address")
+            }
+            c.ice.localAddresses = list
+        },
+        .int("media.ice.portMin", 1024...65535) { $0.ice.portMin = UInt32($1) },
+        .int("media.ice.portMax", 1024...65535) { $0.ice.portMax = UInt32($1) },
+        .bool("media.ice.lite") { $0.ice.lite = $1 },
+        .int("media.transportTimeoutSec", 0...3600) { $0.transportTimeoutSec = $1 },
+        .int("rooms.maxMembersPerRoom", 1...10_000) { $0.rooms.maxMembersPerRoom = $1 },
+        .int("rooms.maxPublicationsPerMember", 1...64) { $0.rooms.maxPublicationsPerMember = $1 },
+        .int("rooms.maxSubscriptionsPerMember", 1...1024) { $0.rooms.maxSubscriptionsPerMember = $1 },
+        .int("rooms.defaultMaxSubscribers", 1...10_000) { $0.rooms.defaultMaxSubscribers = $1 },
+        .int("rooms.maxSubscribersCap", 1...10_000) { $0.rooms.maxSubscribersCap = $1 },
+        .int("rooms.keepaliveIntervalSec", 1...3600) { $0.rooms.defaultKeepaliveIntervalSec = $1 },
+        .int("rooms.keepaliveIntervalGapSec", 0...3600) { $0.rooms.defaultKeepaliveIntervalGapSec = $1 },
+        .int("rooms.maxEventLog", 100...1_000_000) { $0.rooms.maxEventLog = $1 },
+    ]
+}
+
+func isNumericAddress(_ s: String) -> Bool {
+    var v4 = in_addr(), v6 = in6_addr()
+    return inet_pton(AF_INET, s, &v4) == 1 || inet_pton(AF_INET6, s, &v6) == 1
+}

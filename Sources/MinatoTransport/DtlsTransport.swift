@@ -1,0 +1,160 @@
+internal import COpenSSL
+internal import CMinatoShims
+
+/// DTLS 1.2 (OpenSSL) over an in-memory read BIO and a write BIO that hands every flight to
+/// `send` as one datagram. Owns its `SSL*`. Lives on the media worker; sans-IO apart from the
+/// `send` closure it is given (control path only: handshake traffic, never media).
+final class DtlsTransport {
+    enum Role: Sendable { case client, server }
+    enum State: Equatable { case new, connecting, connected, failed(String), closed }
+    enum Outcome { case none, connected(SrtpProfile, local: [UInt8], remote: [UInt8]), failed(String) }
+
+    private let ssl: OpaquePointer
+    private let readBio: OpaquePointer
+    private(set) var state: State = .new
+    private(set) var role: Role = .server
+    /// Remote fingerprint from SDP: algorithm and colon hex.
+    var remoteFingerprint: (algorithm: String, value: String)?
+    private let send: (UnsafeRawBufferPointer) -> Void
+
+    init(runtime: CryptoRuntime, send: @escaping (UnsafeRawBufferPointer) -> Void) throws {
+        guard let ssl = SSL_new(runtime.context) else { throw CryptoRuntime.Failure.openssl("SSL_new") }
+        guard let rbio = BIO_new(BIO_s_mem()), let wbio = BIO_new(runtime.bioMethod) else {
+            SSL_free(ssl)
+            throw CryptoRuntime.Failure.openssl("BIO_new")
+        }
+        minato_bio_mem_retry_when_empty(rbio)
+        self.ssl = ssl
+        self.readBio = rbio
+        self.send = send
+        BIO_set_data(wbio, Unmanaged.passUnretained(self).toOpaque())
+        SSL_set_bio(ssl, rbio, wbio)  // ssl owns both BIOs now
+        minato_ssl_set_mtu(ssl, 1200)
+    }
+
+    deinit { SSL_free(ssl) }
+
+    func emit(_ datagram: UnsafeRawBufferPointer) { send(datagram) }
+
+    /// Starts the handshake in the given role (a client sends its ClientHello now).
+    func start(role: Role) -> Outcome {
+        guard state == .new else { return .none }
+        self.role = role
+        state = .connecting
+        if role == .client { SSL_set_connect_state(ssl) } else { SSL_set_accept_state(ssl) }
+        return advance()
+    }
+
+    /// Feeds one received DTLS datagram.
+    func receive(_ datagram: UnsafeRawBufferPointer) -> Outcome {
+        guard let base = datagram.baseAddress, datagram.count > 0 else { return .none }
+        switch state {
+        case .new:
+            // A client's hello arrived before we were told our role: we are the server.
+            state = .connecting
+            role = .server
+            SSL_set_accept_state(ssl)
+        case .failed, .closed: return .none
+        case .connecting, .connected: break
+        }
+        BIO_write(readBio, base, Int32(datagram.count))
+        if state == .connected {
+            // Post-handshake traffic (alerts, retransmitted finished): drain it.
+            var sink = [UInt8](repeating: 0, count: 2048)
+            let n = SSL_read(ssl, &sink, Int32(sink.count))
+            if n <= 0 {
+                let err = SSL_get_error(ssl, n)
+                if err == SSL_ERROR_ZERO_RETURN { state = .closed; return .failed("the peer closed DTLS") }
+            }
+            return .none
+        }
+        return advance()
+    }
+
+    /// Milliseconds until the handshake retransmission timer fires, or nil.
+    var timeoutMilliseconds: Int? {
+        guard state == .connecting else { return nil }
+        let ms = minato_dtls_timeout_ms(ssl)
+        return ms < 0 ? nil : ms
+    }
+
+    /// Drives the retransmission timer; call when `timeoutMilliseconds` reached 0.
+    func handleTimeout() -> Outcome {
+        guard state == .connecting else { return .none }
+        if minato_dtls_handle_timeout(ssl) < 0 {
+            state = .failed("DTLS handshake timed out")
+            return .failed("DTLS handshake timed out")
+        }
+        return .none
+    }
+
+    func close() {
+        if state == .connected { SSL_shutdown(ssl) }
+        state = .closed
+    }
+
+    private func advance() -> Outcome {
+        let rc = SSL_do_handshake(ssl)
+        if rc == 1 { return finish() }
+        let err = SSL_get_error(ssl, rc)
+        if err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE { return .none }
+        let reason = Self.errorQueueText()
+        state = .failed("DTLS handshake failed: \(reason)")
+        return .failed("DTLS handshake failed: \(reason)")
+    }
+
+    private func finish() -> Outcome {
+        guard let peer = SSL_get1_peer_certificate(ssl) else {
+            state = .failed("the peer sent no certificate")
+            return .failed("the peer sent no certificate")
+        }
+        defer { X509_free(peer) }
+        guard let expected = remoteFingerprint else {
+            state = .failed("no remote fingerprint was signalled")
+            return .failed("no remote fingerprint was signalled")
+        }
+        guard let actual = CryptoRuntime.digest(of: peer, algorithm: expected.algorithm),
+              actual.caseInsensitiveCompare(expected.value) else {
+            state = .failed("the peer's certificate does not match its SDP fingerprint")
+            return .failed("the peer's certificate does not match its SDP fingerprint")
+        }
+        guard let profilePtr = SSL_get_selected_srtp_profile(ssl),
+              let profile = SrtpProfile(opensslId: UInt(profilePtr.pointee.id)) else {
+            state = .failed("no SRTP profile was negotiated")
+            return .failed("no SRTP profile was negotiated")
+        }
+        let keyLen = profile.keyLength, saltLen = profile.saltLength
+        var material = [UInt8](repeating: 0, count: 2 * (keyLen + saltLen))
+        let label = "EXTRACTOR-dtls_srtp"
+        let ok = SSL_export_keying_material(ssl, &material, material.count, label, label.utf8.count, nil, 0, 0)
+        guard ok == 1 else {
+            state = .failed("exporting SRTP keys failed")
+            return .failed("exporting SRTP keys failed")
+        }
+        let clientKey = material[0..<keyLen]
+        let serverKey = material[keyLen..<2 * keyLen]
+        let clientSalt = material[2 * keyLen..<2 * keyLen + saltLen]
+        let serverSalt = material[2 * keyLen + saltLen..<2 * (keyLen + saltLen)]
+        let client = Array(clientKey + clientSalt), server = Array(serverKey + serverSalt)
+        state = .connected
+        return role == .server
+            ? .connected(profile, local: server, remote: client)
+            : .connected(profile, local: client, remote: server)
+    }
+
+    static func errorQueueText() -> String {
+        var parts: [String] = []
+        while true {
+            let code = ERR_get_error()
+            if code == 0 { break }
+            var buf = [CChar](repeating: 0, count: 256)
+            ERR_error_string_n(code, &buf, buf.count)
+            parts.append(String(cString: buf))
+        }
+        return parts.isEmpty ? "unknown error" : parts.joined(separator: "; ")
+    }
+}
+
+private extension String {
+    func caseInsensitiveCompare(_ other: String) -> Bool { lowercased() == other.lowercased() }
+}

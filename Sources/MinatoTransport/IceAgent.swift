@@ -1,0 +1,144 @@
+internal import CNice
+internal import CMinatoShims
+
+/// ICE settings for every agent a worker makes (from configuration).
+public struct IceConfiguration: Sendable {
+    /// Numeric local addresses to gather on (default 127.0.0.1 only).
+    public var localAddresses: [String]
+    public var portMin: UInt32
+    public var portMax: UInt32
+    /// ICE-lite (the server answers checks, never sends them) or full ICE.
+    public var lite: Bool
+    public init(localAddresses: [String] = ["127.0.0.1"], portMin: UInt32 = 40000, portMax: UInt32 = 40999, lite: Bool = true) {
+        self.localAddresses = localAddresses; self.portMin = portMin; self.portMax = portMax; self.lite = lite
+    }
+}
+
+/// One libnice agent with one stream and one component (BUNDLE + rtcp-mux). Owns the
+/// `NiceAgent`; lives on the media worker whose `GMainContext` it was made with.
+final class IceAgent {
+    enum State { case new, checking, connected, failed }
+    enum Failure: Error, CustomStringConvertible {
+        case create, badAddress(String), stream, gather
+        var description: String {
+            switch self {
+            case .create: return "libnice could not create an agent"
+            case .badAddress(let a): return "'\(a)' is not a numeric IP address"
+            case .stream: return "libnice could not add a stream"
+            case .gather: return "libnice gathered no candidates (is the port range exhausted?)"
+            }
+        }
+    }
+
+    let agent: OpaquePointer
+    let streamId: UInt32
+    private(set) var localUfrag = ""
+    private(set) var localPwd = ""
+    private var signalHandlers: [UInt] = []
+
+    /// `owner` receives datagrams and state changes (an unretained pointer: the owner outlives us).
+    init(context: OpaquePointer, configuration: IceConfiguration, owner: UnsafeMutableRawPointer) throws {
+        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, configuration.lite ? 0 : 1)
+        else { throw Failure.create }
+        self.agent = agent
+        for ip in configuration.localAddresses {
+            var address = NiceAddress()
+            guard minato_nice_address_from_string(&address, ip) != 0 else {
+                g_object_unref(UnsafeMutableRawPointer(agent))
+                throw Failure.badAddress(ip)
+            }
+            nice_agent_add_local_address(agent, &address)
+        }
+        let stream = nice_agent_add_stream(agent, 1)
+        guard stream != 0 else { g_object_unref(UnsafeMutableRawPointer(agent)); throw Failure.stream }
+        streamId = stream
+        nice_agent_set_port_range(agent, stream, 1, configuration.portMin, configuration.portMax)
+        nice_agent_attach_recv(agent, stream, 1, context, iceReceive, owner)
+        signalHandlers.append(UInt(minato_nice_on_component_state(agent, iceStateChanged, owner)))
+        guard nice_agent_gather_candidates(agent, stream) != 0 else {
+            nice_agent_attach_recv(agent, stream, 1, context, nil, nil)
+            g_object_unref(UnsafeMutableRawPointer(agent))
+            throw Failure.gather
+        }
+        var ufrag: UnsafeMutablePointer<gchar>?
+        var pwd: UnsafeMutablePointer<gchar>?
+        if nice_agent_get_local_credentials(agent, stream, &ufrag, &pwd) != 0, let ufrag, let pwd {
+            localUfrag = String(cString: ufrag)
+            localPwd = String(cString: pwd)
+            g_free(ufrag)
+            g_free(pwd)
+        }
+    }
+
+    /// Stops callbacks and frees the agent. Call on the worker before dropping the owner.
+    func close(context: OpaquePointer) {
+        for h in signalHandlers { minato_signal_disconnect(UnsafeMutableRawPointer(agent), gulong(h)) }
+        signalHandlers = []
+        nice_agent_attach_recv(agent, streamId, 1, context, nil, nil)
+        nice_agent_remove_stream(agent, streamId)
+        g_object_unref(UnsafeMutableRawPointer(agent))
+    }
+
+    /// Our candidates as SDP attribute values ("candidate:…" without "a=").
+    func localCandidates() -> [String] {
+        var out: [String] = []
+        var list = nice_agent_get_local_candidates(agent, streamId, 1)
+        let head = list
+        while let node = list {
+            if let cand = node.pointee.data?.assumingMemoryBound(to: NiceCandidate.self),
+               let sdp = nice_agent_generate_local_candidate_sdp(agent, cand) {
+                var line = String(cString: sdp)
+                if line.hasPrefix("a=") { line.removeFirst(2) }
+                out.append(line)
+                g_free(sdp)
+            }
+            list = node.pointee.next
+        }
+        if let head { g_slist_free_full(head) { nice_candidate_free($0?.assumingMemoryBound(to: NiceCandidate.self)) } }
+        return out
+    }
+
+    func setRemoteCredentials(ufrag: String, pwd: String) {
+        nice_agent_set_remote_credentials(agent, streamId, ufrag, pwd)
+    }
+
+    /// Adds one remote candidate ("candidate:…" with or without "a="); false if libnice rejects it.
+    @discardableResult
+    func addRemoteCandidate(_ line: String) -> Bool {
+        var text = line
+        if text.hasPrefix("a=") { text.removeFirst(2) }
+        if !text.hasPrefix("candidate:") { text = "candidate:" + text }
+        // libnice handles UDP only; TCP candidates are skipped (ICE-TCP is off).
+        guard let cand = nice_agent_parse_remote_candidate_sdp(agent, streamId, "a=" + text) else { return false }
+        let list = g_slist_append(nil, cand)
+        let added = nice_agent_set_remote_candidates(agent, streamId, 1, list)
+        g_slist_free(list)
+        nice_candidate_free(cand)
+        return added > 0
+    }
+
+    func endOfRemoteCandidates() { nice_agent_peer_candidate_gathering_done(agent, streamId) }
+
+    /// Sends one datagram on the selected pair; returns false if nothing could be sent.
+    @inline(__always)
+    func send(_ base: UnsafeRawPointer, length: Int) -> Bool {
+        nice_agent_send(agent, streamId, 1, UInt32(length), base.assumingMemoryBound(to: gchar.self)) >= 0
+    }
+}
+
+private func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ len: guint,
+                        _ buf: UnsafeMutablePointer<gchar>?, _ owner: gpointer?) {
+    guard let owner, let buf, len > 0 else { return }
+    Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
+        .received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)))
+}
+
+private func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
+    guard let owner else { return }
+    let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
+    switch state {
+    case NICE_COMPONENT_STATE_CONNECTED.rawValue, NICE_COMPONENT_STATE_READY.rawValue: transport.iceConnected()
+    case NICE_COMPONENT_STATE_FAILED.rawValue: transport.iceFailed()
+    default: break
+    }
+}

@@ -1,0 +1,268 @@
+internal import CNice
+public import MinatoMedia
+internal import Foundation
+internal import Synchronization
+public import Logging
+
+/// What a media worker tells the control plane (through `MediaWorker.events`).
+public enum WorkerEvent: Sendable {
+    case transportConnected(TransportId)
+    case transportClosed(TransportId, reason: String)
+}
+
+/// Counters a worker reports (read through `perform`).
+public struct WorkerCounters: Sendable {
+    public var rtpPacketsReceived: UInt64
+    public var rtpPacketsForwarded: UInt64
+    public var rtpBytesForwarded: UInt64
+    public var keyFrameRequestsSent: UInt64
+    public var drops: [String: UInt64]
+    public var transports: Int
+}
+
+public enum WorkerError: Error, CustomStringConvertible, Sendable {
+    case unknownTransport(TransportId)
+    case media(MediaError)
+    case transport(String)
+    public var description: String {
+        switch self {
+        case .unknownTransport(let id): return "no such \(id) on this worker"
+        case .media(let e): return e.description
+        case .transport(let s): return s
+        }
+    }
+}
+
+/// The control plane's handle on one media worker thread: a command inbox (the one type that
+/// crosses threads) and a stream of events. Every engine, agent, DTLS and SRTP object lives in
+/// the worker's `WorkerCore`, touched only on its thread.
+public final class MediaWorker: Sendable {
+    public let index: Int
+    public let events: AsyncStream<WorkerEvent>
+    private let inbox: Inbox
+
+    final class Inbox: @unchecked Sendable {
+        let jobs = Mutex<[@Sendable (WorkerCore) -> Void]>([])
+        let context: OpaquePointer   // GMainContext*, owned by the worker thread's core
+        init(context: OpaquePointer) { self.context = context }
+        func post(_ job: @escaping @Sendable (WorkerCore) -> Void) {
+            jobs.withLock { $0.append(job) }
+            g_main_context_wakeup(context)
+        }
+        func take() -> [@Sendable (WorkerCore) -> Void] {
+            jobs.withLock { jobs in
+                let all = jobs
+                jobs.removeAll(keepingCapacity: true)
+                return all
+            }
+        }
+    }
+
+    public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
+                transportTimeout: Duration, logger: Logger) {
+        self.index = index
+        let context = g_main_context_new()!
+        let inbox = Inbox(context: context)
+        self.inbox = inbox
+        let (stream, continuation) = AsyncStream<WorkerEvent>.makeStream()
+        self.events = stream
+        let timeoutNs = UInt64(transportTimeout.components.seconds) * 1_000_000_000
+        let box = UncheckedBox((context, runtime, ice, continuation, logger))
+        let thread = Thread {
+            let (context, runtime, ice, continuation, logger) = box.value
+            let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
+                                  transportTimeout: timeoutNs, logger: logger)
+            core.run(inbox: inbox)
+        }
+        thread.name = "minato-media-\(index)"
+        thread.start()
+    }
+
+    /// Runs `body` on the worker thread and returns its result.
+    public func perform<T: Sendable>(_ body: @escaping @Sendable (WorkerCore) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            inbox.post { core in
+                do { continuation.resume(returning: try body(core)) } catch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+
+    /// Fire-and-forget command.
+    public func post(_ body: @escaping @Sendable (WorkerCore) -> Void) { inbox.post(body) }
+
+    /// Stops the thread after closing every transport.
+    public func shutdown() { inbox.post { $0.stop() } }
+}
+
+struct UncheckedBox<T>: @unchecked Sendable { let value: T; init(_ v: T) { value = v } }
+
+/// Everything one media worker owns. Confined to the worker thread (checked in debug builds).
+public final class WorkerCore {
+    let context: OpaquePointer
+    let runtime: CryptoRuntime
+    let ice: IceConfiguration
+    let engine = MediaEngine()
+    let logger: Logger
+    private let eventSink: AsyncStream<WorkerEvent>.Continuation
+    private let transportTimeout: Nanoseconds
+    private var transports: [TransportId: WebRtcTransport] = [:]
+    /// Engine transport index -> transport, for the send path.
+    private var byIndex = ContiguousArray<WebRtcTransport?>()
+    private var stopping = false
+    private var thread: pthread_t?
+
+    init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
+         events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds, logger: Logger) {
+        self.context = context
+        self.runtime = runtime
+        self.ice = ice
+        self.eventSink = events
+        self.transportTimeout = transportTimeout
+        self.logger = logger
+    }
+
+    func run(inbox: MediaWorker.Inbox) {
+        thread = pthread_self()
+        g_main_context_push_thread_default(context)
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let tick = g_timeout_source_new(20)
+        g_source_set_callback(tick, { data in
+            Unmanaged<WorkerCore>.fromOpaque(data!).takeUnretainedValue().tick()
+            return 1
+        }, me, nil)
+        g_source_attach(tick, context)
+        while !stopping {
+            g_main_context_iteration(context, 1)
+            for job in inbox.take() { job(self) }
+        }
+        for t in transports.values { t.close(reason: "server shutting down") }
+        transports.removeAll()
+        g_source_destroy(tick)
+        g_source_unref(tick)
+        g_main_context_pop_thread_default(context)
+        eventSink.finish()
+    }
+
+    func stop() { stopping = true }
+
+    @inline(__always) func assertOnThread() {
+        assert(thread.map { pthread_equal($0, pthread_self()) != 0 } ?? true, "WorkerCore used off its thread")
+    }
+
+    // MARK: Commands (run through MediaWorker.perform)
+
+    public func createTransport(id: TransportId, router: RouterId) throws -> TransportDescription {
+        assertOnThread()
+        let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
+        let transport = WebRtcTransport(id: id, index: index, core: self, now: monotonicNow())
+        do {
+            let description = try transport.open(runtime: runtime, context: context, configuration: ice)
+            transports[id] = transport
+            while byIndex.count <= Int(index.rawValue) { byIndex.append(nil) }
+            byIndex[Int(index.rawValue)] = transport
+            return description
+        } catch {
+            engine.removeTransport(index)
+            throw WorkerError.transport("\(error)")
+        }
+    }
+
+    public func setRemote(_ id: TransportId, _ remote: RemoteTransportParameters) throws {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        t.setRemote(remote)
+    }
+
+    public func addRemoteCandidate(_ id: TransportId, _ candidate: String?) throws {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        t.addRemoteCandidate(candidate)
+    }
+
+    public func engineIndex(of id: TransportId) throws -> TransportIndex {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        return t.index
+    }
+
+    public func addProducer(on id: TransportId, _ make: (TransportIndex) -> ProducerParameters) throws -> ProducerId {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        do { return try engine.addProducer(make(t.index)) } catch { throw WorkerError.media(error) }
+    }
+
+    public func addConsumer(on id: TransportId, _ make: (TransportIndex) -> ConsumerParameters) throws -> ConsumerId {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        do {
+            let c = try engine.addConsumer(make(t.index), now: monotonicNow())
+            flush()
+            return c
+        } catch { throw WorkerError.media(error) }
+    }
+
+    public func removeProducer(_ p: ProducerId) { engine.removeProducer(p) }
+    public func removeConsumer(_ c: ConsumerId) { engine.removeConsumer(c) }
+    public func setPaused(_ p: ProducerId, _ paused: Bool) { engine.setPaused(p, paused, now: monotonicNow()); flush() }
+    public func requestKeyFrame(_ p: ProducerId) { engine.requestKeyFrame(p, now: monotonicNow()); flush() }
+    public func producerStats(_ p: ProducerId) -> ProducerStats? { engine.producerStats(p) }
+    public func consumerStats(_ c: ConsumerId) -> ConsumerStats? { engine.consumerStats(c) }
+
+    public func closeTransport(_ id: TransportId) {
+        guard let t = transports.removeValue(forKey: id) else { return }
+        t.close(reason: nil)
+        engine.removeTransport(t.index)
+        byIndex[Int(t.index.rawValue)] = nil
+    }
+
+    public var counters: WorkerCounters {
+        var drops: [String: UInt64] = [:]
+        for r in DropReason.allCases { drops[r.name] = engine.drops(r) }
+        return WorkerCounters(rtpPacketsReceived: engine.rtpPacketsReceived, rtpPacketsForwarded: engine.rtpPacketsForwarded,
+                              rtpBytesForwarded: engine.rtpBytesForwarded, keyFrameRequestsSent: engine.keyFrameRequestsSent,
+                              drops: drops, transports: transports.count)
+    }
+
+    // MARK: Packet path
+
+    /// Protects and sends everything the engine left in its outbox.
+    @inline(__always)
+    func flush() {
+        let n = engine.transmitCount
+        var i = 0
+        while i < n {
+            let tx = engine.transmit(at: i)
+            i += 1
+            let ti = Int(tx.transport.rawValue)
+            guard ti < byIndex.count, let t = byIndex[ti] else { continue }
+            t.sendProtected(tx.bytes, length: tx.length, isRtcp: tx.isRtcp)
+        }
+        engine.clearTransmits()
+    }
+
+    // MARK: From transports
+
+    func transportConnected(_ t: WebRtcTransport) {
+        logger.debug("transport connected", metadata: ["transport": "\(t.id)"])
+        engine.restartConsumers(on: t.index, now: monotonicNow())
+        flush()
+        eventSink.yield(.transportConnected(t.id))
+    }
+
+    func transportFailed(_ t: WebRtcTransport, reason: String) {
+        guard transports[t.id] != nil else { return }
+        logger.info("transport failed", metadata: ["transport": "\(t.id)", "reason": "\(reason)"])
+        closeTransport(t.id)
+        eventSink.yield(.transportClosed(t.id, reason: reason))
+    }
+
+    private func tick() {
+        let now = monotonicNow()
+        engine.handleTimeout(now: now)
+        var expired: [WebRtcTransport] = []
+        for t in transports.values {
+            t.tick(now: now)
+            if transportTimeout > 0, t.sawMedia, let last = engine.lastReceived(on: t.index), last > 0,
+               now &- last > transportTimeout {
+                expired.append(t)
+            }
+        }
+        for t in expired { transportFailed(t, reason: "no media or RTCP for \(transportTimeout / 1_000_000_000) s") }
+        flush()
+    }
+}

@@ -1,0 +1,142 @@
+"""Fixtures of the interop suite: a loopback-only namespace guard, the Minato server per module.
+
+Run through scripts/interop.sh, which makes a fresh network namespace holding only `lo`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts" / "interop"
+
+
+def _interfaces() -> list[str]:
+    """Interfaces of *this process's* network namespace. (/sys/class/net would show the
+    namespace sysfs was mounted in, i.e. the host's, so it cannot be trusted after unshare -n.)"""
+    try:
+        with open("/proc/self/net/dev") as f:
+            lines = f.read().splitlines()[2:]
+        return sorted(line.split(":")[0].strip() for line in lines if ":" in line)
+    except OSError:
+        out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        return sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ifaces = _interfaces()
+    if ifaces != ["lo"]:
+        pytest.exit(
+            "interop tests must run in a loopback-only network namespace (found interfaces "
+            f"{ifaces}); use scripts/interop.sh, which runs "
+            "`unshare -n sh -c 'ip link set lo up; exec ...'`", returncode=3)
+    up = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True).stdout
+    if "127.0.0.1" not in up:
+        pytest.exit("`lo` is down in this namespace: run `ip link set lo up` first (scripts/interop.sh does)",
+                    returncode=3)
+
+
+def minato_binary() -> Path:
+    return Path(os.environ.get("MINATO_BIN") or REPO / ".build" / "debug" / "minato")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary: Path, log_path: Path) -> None:
+        self.binary = binary
+        self.port = _free_port()
+        self.log_path = log_path
+        self.url = f"ws://127.0.0.1:{self.port}/ws"
+        self.http = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")
+        cmd = [str(self.binary), "serve", "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "debug"]
+        self._log.write(("$ " + " ".join(cmd) + "\n").encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=REPO)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = time.monotonic() + timeout
+        last_err = "no attempt"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"minato exited with {self.proc.returncode} during startup\n{self.tail()}")
+            try:
+                with opener.open(self.http + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+                    last_err = f"status {r.status}"
+            except (urllib.error.URLError, OSError) as e:
+                last_err = repr(e)
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"minato not healthy on {self.http}/healthz within {timeout}s ({last_err})\n{self.tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def tail(self, lines: int = 80) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no server log)"
+        return "\n".join(text[-lines:])
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest):
+    binary = minato_binary()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        pytest.fail(f"Minato server binary not found at {binary}: build it first (`swift build`, "
+                    "which makes .build/debug/minato) or set MINATO_BIN to the binary", pytrace=False)
+    name = Path(str(request.node.path)).stem
+    srv = Server(binary, ARTIFACTS / f"{name}.log")
+    try:
+        srv.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield srv
+    crashed = not srv.alive()
+    srv.stop()
+    if crashed:
+        pytest.fail(f"minato died during {name} (exit {srv.proc.returncode})\n{srv.tail()}", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        srv = getattr(item, "funcargs", {}).get("server")
+        if isinstance(srv, Server):
+            state = "running" if srv.alive() else f"exited {srv.proc.returncode if srv.proc else '?'}"
+            report.sections.append((f"minato log tail ({srv.log_path}, server {state})", srv.tail()))

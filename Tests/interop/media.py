@@ -1,0 +1,235 @@
+"""Synthetic media for the interop suite, and sinks that count what was decoded.
+
+The video track draws 320x240 yuv420p frames. The frame's sequence number is written
+into the picture as 16 big black/white blocks (one bit each) along the top, so a receiver
+can tell exactly which of the sender's frames it decoded (lossy coding keeps 16x16 blocks
+of luma 16/235 well apart). No numpy: av is the only dependency.
+"""
+from __future__ import annotations
+
+import asyncio
+import fractions
+import math
+import time
+from array import array
+from typing import Optional
+
+import av
+from aiortc.mediastreams import (
+    AUDIO_PTIME,
+    MediaStreamError,
+    MediaStreamTrack,
+    VideoStreamTrack,
+)
+
+WIDTH, HEIGHT = 320, 240
+BITS = 16
+BLOCK = 16          # each bit is a BLOCK x BLOCK square in row 0..BLOCK-1
+BLACK, WHITE = 16, 235
+
+
+class SyntheticVideoTrack(VideoStreamTrack):
+    """30 fps, WIDTH x HEIGHT, frame index encoded in the top row of blocks."""
+
+    kind = "video"
+
+    def __init__(self, width: int = WIDTH, height: int = HEIGHT) -> None:
+        super().__init__()
+        self.width, self.height = width, height
+        self.frames_sent = 0          # frames handed to the encoder so far
+        self._uv = bytes([128]) * ((width // 2) * (height // 2))
+        self._background = [bytes([(x + y) % 200 + 28 for x in range(width)]) for y in range(height)]
+
+    def _picture(self, index: int) -> av.VideoFrame:
+        w, h = self.width, self.height
+        rows = []
+        bits = [((index >> (BITS - 1 - b)) & 1) for b in range(BITS)]
+        bar = bytearray()
+        for b in bits:
+            bar += bytes([WHITE if b else BLACK]) * BLOCK
+        bar += bytes([128]) * (w - len(bar))
+        shift = (index * 4) % w
+        for y in range(h):
+            if y < BLOCK:
+                rows.append(bytes(bar))
+            else:
+                row = self._background[y]
+                rows.append(row[shift:] + row[:shift])  # moving content, so P-frames carry data
+        frame = av.VideoFrame(w, h, "yuv420p")
+        y_plane = frame.planes[0]
+        ls = y_plane.line_size
+        if ls == w:
+            y_plane.update(b"".join(rows))
+        else:
+            y_plane.update(b"".join(r + bytes(ls - w) for r in rows))
+        for p in (frame.planes[1], frame.planes[2]):
+            cw = w // 2
+            if p.line_size == cw:
+                p.update(self._uv)
+            else:
+                p.update(b"".join(self._uv[i * cw:(i + 1) * cw] + bytes(p.line_size - cw)
+                                  for i in range(h // 2)))
+        return frame
+
+    async def recv(self) -> av.VideoFrame:
+        pts, time_base = await self.next_timestamp()
+        index = self.frames_sent
+        frame = self._picture(index & 0xFFFF)
+        frame.pts = pts
+        frame.time_base = time_base
+        self.frames_sent += 1
+        return frame
+
+
+def read_index(frame: av.VideoFrame) -> Optional[int]:
+    """The sender's frame index written by SyntheticVideoTrack, or None if unreadable."""
+    if frame.width < BITS * BLOCK or frame.height < BLOCK:
+        return None
+    if frame.format.name not in ("yuv420p", "yuvj420p"):
+        frame = frame.reformat(format="yuv420p")
+    plane = frame.planes[0]
+    data = bytes(plane)
+    ls = plane.line_size
+    value = 0
+    for b in range(BITS):
+        total = 0
+        n = 0
+        for dy in (5, 8, 11):
+            row = dy * ls + b * BLOCK
+            for dx in (5, 8, 11):
+                total += data[row + dx]
+                n += 1
+        avg = total / n
+        if 60 < avg < 190:
+            return None  # ambiguous: not our picture
+        value = (value << 1) | (1 if avg >= 190 else 0)
+    return value
+
+
+class SineAudioTrack(MediaStreamTrack):
+    """A 440 Hz sine, 48 kHz mono s16, 20 ms frames, paced in real time."""
+
+    kind = "audio"
+
+    def __init__(self, frequency: float = 440.0, amplitude: int = 8000) -> None:
+        super().__init__()
+        self.frequency = frequency
+        self.amplitude = amplitude
+        self.frames_sent = 0
+        self._start: Optional[float] = None
+        self._timestamp = 0
+        self.sample_rate = 48000
+        self.samples = int(AUDIO_PTIME * self.sample_rate)
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+            self._timestamp = 0
+        else:
+            self._timestamp += self.samples
+            wait = self._start + (self._timestamp / self.sample_rate) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        t0 = self._timestamp
+        k = 2 * math.pi * self.frequency / self.sample_rate
+        pcm = array("h", (int(self.amplitude * math.sin(k * (t0 + i))) for i in range(self.samples)))
+        frame = av.AudioFrame(format="s16", layout="mono", samples=self.samples)
+        frame.planes[0].update(pcm.tobytes())
+        frame.pts = t0
+        frame.sample_rate = self.sample_rate
+        frame.time_base = fractions.Fraction(1, self.sample_rate)
+        self.frames_sent += 1
+        return frame
+
+
+class VideoSink:
+    """Consumes a received video track, counting decoded frames and the sender's indices."""
+
+    def __init__(self, track: MediaStreamTrack, name: str = "video") -> None:
+        self.track = track
+        self.name = name
+        self.frames = 0
+        self.indices: set[int] = set()
+        self.sizes: dict[tuple[int, int], int] = {}
+        self.last_frame_at: Optional[float] = None
+        self.ended = False
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                frame = await self.track.recv()
+                self.frames += 1
+                self.last_frame_at = time.monotonic()
+                size = (frame.width, frame.height)
+                self.sizes[size] = self.sizes.get(size, 0) + 1
+                idx = read_index(frame)
+                if idx is not None:
+                    self.indices.add(idx)
+        except (MediaStreamError, asyncio.CancelledError):
+            pass
+        finally:
+            self.ended = True
+
+    def decoded_in(self, first: int, last: int) -> int:
+        """How many of the sender's frames first..last (inclusive) were decoded here."""
+        return sum(1 for i in range(first, last + 1) if (i & 0xFFFF) in self.indices)
+
+    async def wait_frames(self, n: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.frames < n:
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+class AudioSink:
+    """Consumes a received audio track, counting decoded frames and non-silent ones."""
+
+    def __init__(self, track: MediaStreamTrack, name: str = "audio", threshold: int = 500) -> None:
+        self.track = track
+        self.name = name
+        self.threshold = threshold
+        self.frames = 0
+        self.loud_frames = 0
+        self.max_amplitude = 0
+        self.ended = False
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                frame = await self.track.recv()
+                self.frames += 1
+                if frame.format.name != "s16":
+                    frame = frame.reformat(format="s16")
+                pcm = array("h")
+                pcm.frombytes(bytes(frame.planes[0])[: frame.samples * len(frame.layout.channels) * 2])
+                peak = max((abs(s) for s in pcm), default=0)
+                self.max_amplitude = max(self.max_amplitude, peak)
+                if peak >= self.threshold:
+                    self.loud_frames += 1
+        except (MediaStreamError, asyncio.CancelledError):
+            pass
+        finally:
+            self.ended = True
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+async def measure_window(source: SyntheticVideoTrack, sinks: list[VideoSink], window: float = 5.0,
+                         settle: float = 1.5) -> dict[str, tuple[int, int]]:
+    """Over `window` seconds, which of the frames `source` sent did each sink decode?
+    Returns {sink.name: (decoded, sent)}. Waits `settle` s after the window for in-flight frames."""
+    first = source.frames_sent
+    await asyncio.sleep(window)
+    last = source.frames_sent - 1
+    await asyncio.sleep(settle)
+    return {s.name: (s.decoded_in(first, last), last - first + 1) for s in sinks}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build and run Minato (idempotent):
+# pkg-config and the -dev packages of libnice, OpenSSL and libsrtp2. Needs root (or sudo).
+# The Swift toolchain itself is expected on PATH (swift 6.1 or newer).
+set -euo pipefail
+need=()
+for pkg in pkg-config libnice-dev libssl-dev libsrtp2-dev; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "install-deps: installing ${need[*]}" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+if ! command -v swift >/dev/null 2>&1; then
+    echo "install-deps: no 'swift' on PATH; install the Swift 6.1+ toolchain (swift.org) first" >&2
+    exit 1
+fi

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Idempotent setup for the aiortc interop suite (Tests/interop):
+#  - `ip` (iproute2) for the loopback-only namespace runner,
+#  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/.venv-interop"
+REQ="$ROOT/Tests/interop/requirements.txt"
+
+if ! command -v ip >/dev/null 2>&1; then
+    echo "interop-setup: installing iproute2" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2
+    else sudo apt-get update -qq && sudo apt-get install -y -qq iproute2; fi
+fi
+if ! command -v unshare >/dev/null 2>&1; then
+    echo "interop-setup: 'unshare' (util-linux) is required" >&2; exit 1
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "interop-setup: creating $VENV" >&2
+    "$PY" -m venv "$VENV"
+fi
+
+# Skip pip when every requirement is already satisfied (pip's resolver check, offline).
+if "$VENV/bin/python" - "$REQ" <<'PYEOF'
+import sys
+from importlib.metadata import version, PackageNotFoundError
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    try:
+        from pip._vendor.packaging.requirements import Requirement
+    except ImportError:
+        sys.exit(1)
+ok = True
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    r = Requirement(line)
+    try:
+        v = version(r.name)
+    except PackageNotFoundError:
+        ok = False; break
+    if not r.specifier.contains(v, prereleases=True):
+        ok = False; break
+sys.exit(0 if ok else 1)
+PYEOF
+then
+    echo "interop-setup: requirements already satisfied in $VENV" >&2
+else
+    echo "interop-setup: installing $REQ" >&2
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
+fi
+"$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__)'
