@@ -56,6 +56,7 @@ let package = Package(
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Yams", package: "Yams")],
+            resources: [.copy("Resources/web")],
             swiftSettings: strict),
         .executableTarget(
             name: "minato",
@@ -64,6 +65,7 @@ let package = Package(
 
         .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
         .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
+        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer"]),
     ],
     swiftLanguageModes: [.v6]
 )

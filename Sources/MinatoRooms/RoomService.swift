@@ -1,4 +1,4 @@
-public import Foundation
+internal import Foundation
 public import Logging
 public import MinatoTransport
 internal import MinatoMedia
@@ -686,4 +686,9 @@ public actor RoomService {
     // MARK: Introspection (admin, tests)
 
     public func snapshot() -> JSONValue { ["rooms": .array(rooms.map(\.json))] }
+
+    public func counts() -> (rooms: Int, members: Int, publications: Int, subscriptions: Int) {
+        (rooms.count, rooms.reduce(0) { $0 + $1.members.count }, rooms.reduce(0) { $0 + $1.publications.count },
+         rooms.reduce(0) { $0 + $1.subscriptions.count })
+    }
 }

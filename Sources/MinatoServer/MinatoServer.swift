@@ -51,6 +51,16 @@ public final class MinatoServer: Sendable {
             return Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ready\n")))
         }
 
+        router.get("/metrics") { [self] _, _ -> Response in
+            let text = await self.metricsText()
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
+                            body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        // The browser SDK (/sdk/minato.js) and the demo page (/), shipped inside the binary's bundle.
+        if let web = Bundle.module.url(forResource: "web", withExtension: nil) {
+            router.add(middleware: FileMiddleware(web.path, searchForIndexHtml: true, logger: logger))
+        }
+
         let wsRouter = Router(context: BasicWebSocketRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
         wsRouter.ws("/ws") { [self] inbound, outbound, _ in
@@ -74,6 +84,44 @@ public final class MinatoServer: Sendable {
         defer { for w in workers { w.shutdown() } }
         try await app.runService()
         logger.notice("minato stopped")
+    }
+
+    /// Prometheus text exposition of the workers' and rooms' counters.
+    func metricsText() async -> String {
+        var forwarded: UInt64 = 0, received: UInt64 = 0, bytes: UInt64 = 0, keyFrames: UInt64 = 0, transports = 0
+        var drops: [String: UInt64] = [:]
+        for w in workers {
+            guard let c = try? await w.perform({ $0.counters }) else { continue }
+            forwarded &+= c.rtpPacketsForwarded; received &+= c.rtpPacketsReceived; bytes &+= c.rtpBytesForwarded
+            keyFrames &+= c.keyFrameRequestsSent; transports += c.transports
+            for (k, v) in c.drops { drops[k, default: 0] &+= v }
+        }
+        let counts = await rooms.counts()
+        var lines = [
+            "# HELP minato_rtp_packets_received_total RTP packets received from publishers.",
+            "# TYPE minato_rtp_packets_received_total counter",
+            "minato_rtp_packets_received_total \(received)",
+            "# HELP minato_rtp_packets_forwarded_total RTP packets sent to subscribers.",
+            "# TYPE minato_rtp_packets_forwarded_total counter",
+            "minato_rtp_packets_forwarded_total \(forwarded)",
+            "# HELP minato_rtp_bytes_forwarded_total RTP bytes (clear) sent to subscribers.",
+            "# TYPE minato_rtp_bytes_forwarded_total counter",
+            "minato_rtp_bytes_forwarded_total \(bytes)",
+            "# HELP minato_keyframe_requests_total PLI/FIR sent to publishers.",
+            "# TYPE minato_keyframe_requests_total counter",
+            "minato_keyframe_requests_total \(keyFrames)",
+            "# HELP minato_packets_dropped_total Received packets not forwarded, by reason.",
+            "# TYPE minato_packets_dropped_total counter",
+        ]
+        for (reason, n) in drops.sorted(by: { $0.key < $1.key }) { lines.append("minato_packets_dropped_total{reason=\"\(reason)\"} \(n)") }
+        lines += [
+            "# HELP minato_transports WebRTC transports open.", "# TYPE minato_transports gauge", "minato_transports \(transports)",
+            "# HELP minato_rooms Rooms open.", "# TYPE minato_rooms gauge", "minato_rooms \(counts.rooms)",
+            "# HELP minato_members Members joined.", "# TYPE minato_members gauge", "minato_members \(counts.members)",
+            "# HELP minato_publications Publications.", "# TYPE minato_publications gauge", "minato_publications \(counts.publications)",
+            "# HELP minato_subscriptions Subscriptions.", "# TYPE minato_subscriptions gauge", "minato_subscriptions \(counts.subscriptions)",
+        ]
+        return lines.joined(separator: "\n") + "\n"
     }
 
     /// One signaling connection: requests are handled as they arrive (each answered with its
