@@ -57,8 +57,10 @@ public final class MinatoServer: Sendable {
                             body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         // The browser SDK (/sdk/minato.js) and the demo page (/), shipped inside the binary's bundle.
-        if let web = Bundle.module.url(forResource: "web", withExtension: nil) {
-            router.add(middleware: FileMiddleware(web.path, searchForIndexHtml: true, logger: logger))
+        let webRoot = configuration.webRoot.isEmpty
+            ? Bundle.module.url(forResource: "web", withExtension: nil)?.path : configuration.webRoot
+        if let webRoot {
+            router.add(middleware: FileMiddleware(webRoot, searchForIndexHtml: true, logger: logger))
         }
 
         let wsRouter = Router(context: BasicWebSocketRequestContext.self)

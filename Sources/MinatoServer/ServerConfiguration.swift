@@ -14,6 +14,9 @@ public struct ServerConfiguration: Sendable {
     public var port = 7880
     /// `server.maxFrameBytes`: the largest WebSocket message accepted (larger: close 1009).
     public var maxFrameBytes = 256 * 1024
+    /// `server.webRoot`: folder served at `/` (demo page) and `/sdk/` (browser SDK); empty
+    /// means the copy bundled with the binary.
+    public var webRoot = ""
     /// `log.level`: trace, debug, info, notice, warning, error, critical.
     public var logLevel = "info"
     /// `media.workers`: media worker threads; 0 means one per active core.
@@ -154,6 +157,7 @@ struct ConfigKey: Sendable {
     static let all: [ConfigKey] = [
         ConfigKey(path: "server.host") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.host = v },
         .int("server.port", 1...65535) { $0.port = $1 },
+        ConfigKey(path: "server.webRoot") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.webRoot = v },
         .int("server.maxFrameBytes", 1024...(16 << 20)) { $0.maxFrameBytes = $1 },
         ConfigKey(path: "log.level") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]

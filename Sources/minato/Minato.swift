@@ -76,6 +76,7 @@ struct CheckConfig: AsyncParsableCommand {
             server.host: \(c.host)
             server.port: \(c.port)
             server.maxFrameBytes: \(c.maxFrameBytes)
+            server.webRoot: \(c.webRoot.isEmpty ? "(bundled)" : c.webRoot)
             log.level: \(c.logLevel)
             media.workers: \(c.mediaWorkers) (\(c.resolvedWorkerCount) threads)
             media.ice.localAddresses: \(c.ice.localAddresses.joined(separator: ","))
