@@ -154,6 +154,7 @@ class VideoSink:
         self.indices: set[int] = set()
         self.sizes: dict[tuple[int, int], int] = {}
         self.last_frame_at: Optional[float] = None
+        self.first_frame_at: Optional[float] = None
         self.ended = False
         self._task = asyncio.ensure_future(self._run())
 
@@ -163,6 +164,8 @@ class VideoSink:
                 frame = await self.track.recv()
                 self.frames += 1
                 self.last_frame_at = time.monotonic()
+                if self.first_frame_at is None:
+                    self.first_frame_at = self.last_frame_at
                 size = (frame.width, frame.height)
                 self.sizes[size] = self.sizes.get(size, 0) + 1
                 idx = read_index(frame)

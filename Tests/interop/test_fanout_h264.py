@@ -6,4 +6,4 @@ from test_fanout_vp8 import fanout
 
 
 def test_fanout_opus_h264(server):
-    run_async(fanout(server.url, "video/H264"), timeout=90)
+    run_async(fanout(server, "video/H264"), timeout=90)

@@ -3,13 +3,36 @@ at 320x240 over 5 s, and hear non-silent audio."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
+import urllib.request
 from typing import Optional
 
 from media import HEIGHT, WIDTH, AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Member, create_room, run_async, sdp_media_sections, unique_name
+from conftest import ARTIFACTS
 
 
-async def fanout(url: str, codec: Optional[str]) -> None:
+def server_cpu_seconds(pid: int) -> float:
+    """user+sys CPU time of the server process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def forwarded_packets(http: str) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(http + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("minato_rtp_packets_forwarded_total "):
+                return int(line.split()[1])
+    raise AssertionError("/metrics has no minato_rtp_packets_forwarded_total")
+
+
+async def fanout(server, codec: Optional[str]) -> None:
+    url = server.url
+    t_join = time.monotonic()
     room = await create_room(url, unique_name("fanout"))
     members: list[Member] = []
     sinks = []
@@ -30,7 +53,9 @@ async def fanout(url: str, codec: Optional[str]) -> None:
         assert [(m["mid"], m["direction"]) for m in answer] == [(pub_audio.mid, "recvonly"), (pub_video.mid, "recvonly")], answer
 
         video_sinks, audio_sinks = [], []
+        t_subscribe = {}
         for m in (b, c):
+            t_subscribe[m.label] = time.monotonic()
             sv = await m.subscribe(pub_video.id)
             sa = await m.subscribe(pub_audio.id)
             assert sv.subscription["publicationId"] == pub_video.id
@@ -44,8 +69,27 @@ async def fanout(url: str, codec: Optional[str]) -> None:
         for vs in video_sinks:
             assert await vs.wait_frames(3, 10), f"{vs.name}: no video decoded within 10 s of subscribing"
         loud_before = {s.name: s.loud_frames for s in audio_sinks}
+        pid = server.proc.pid
+        cpu0, fwd0, wall0 = server_cpu_seconds(pid), forwarded_packets(server.http), time.monotonic()
         result = await measure_window(video, video_sinks, window=5.0)
-        print(f"fanout {want}: {result}; audio loud frames "
+        cpu1, fwd1, wall1 = server_cpu_seconds(pid), forwarded_packets(server.http), time.monotonic()
+        forwarded = fwd1 - fwd0
+        assert forwarded > 0, "the server forwarded no RTP packets during the window"
+        report = {
+            "codec": want,
+            "joinToFirstFrameSec": {vs.name: round(vs.first_frame_at - t_join, 3) for vs in video_sinks},
+            "subscribeToFirstFrameSec": {vs.name: round(vs.first_frame_at - t_subscribe[vs.name.split("-")[0]], 3)
+                                         for vs in video_sinks},
+            "windowSec": round(wall1 - wall0, 2),
+            "packetsForwarded": forwarded,
+            "forwardedPps": round(forwarded / (wall1 - wall0), 1),
+            "serverCpuSec": round(cpu1 - cpu0, 3),
+            "serverCpuMicrosPerForwardedPacket": round((cpu1 - cpu0) * 1e6 / forwarded, 1),
+            "decodedOfSent": result,
+        }
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / f"fanout-{want.split('/')[1].lower()}.json").write_text(json.dumps(report, indent=2))
+        print(f"fanout {want}: {json.dumps(report)}; audio loud frames "
               f"{ {s.name: s.loud_frames - loud_before[s.name] for s in audio_sinks} }")
         for vs in video_sinks:
             decoded, sent = result[vs.name]
@@ -65,4 +109,4 @@ async def fanout(url: str, codec: Optional[str]) -> None:
 
 
 def test_fanout_opus_vp8(server):
-    run_async(fanout(server.url, None), timeout=90)
+    run_async(fanout(server, None), timeout=90)
