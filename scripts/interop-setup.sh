@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup for the aiortc interop suite (Tests/interop):
+# Idempotent setup for the interop suite (Tests/interop: aiortc peers and Chromium pages):
 #  - `ip` (iproute2) for the loopback-only namespace runner,
+#  - Debian's `chromium` (and DejaVu fonts) for the Playwright browser tests,
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,6 +12,16 @@ if ! command -v ip >/dev/null 2>&1; then
     echo "interop-setup: installing iproute2" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq iproute2
     else sudo apt-get update -qq && sudo apt-get install -y -qq iproute2; fi
+fi
+# Debian's Chromium for the browser tests (Playwright drives /usr/bin/chromium; its own browser
+# download is never used). Fonts: DejaVu, so the demo screenshot has real glyphs.
+need=()
+[ -x /usr/bin/chromium ] || need+=(chromium)
+dpkg-query -W -f='${Status}' fonts-dejavu-core 2>/dev/null | grep -q "ok installed" || need+=(fonts-dejavu-core)
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "interop-setup: installing ${need[*]}" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
+    else sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends "${need[@]}"; fi
 fi
 if ! command -v unshare >/dev/null 2>&1; then
     echo "interop-setup: 'unshare' (util-linux) is required" >&2; exit 1
@@ -54,4 +65,5 @@ else
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
 fi
-"$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__)'
+"$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout, playwright.sync_api; from importlib.metadata import version; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__, "playwright", version("playwright"))'
+/usr/bin/chromium --version 2>/dev/null | sed 's/^/interop-setup: /' || true

@@ -55,8 +55,9 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, binary: Path, log_path: Path) -> None:
+    def __init__(self, binary: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.binary = binary
+        self.env = dict(env or {})
         self.port = _free_port()
         self.log_path = log_path
         self.url = f"ws://127.0.0.1:{self.port}/ws"
@@ -68,10 +69,11 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         cmd = [str(self.binary), "serve", "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "debug"]
-        self._log.write(("$ " + " ".join(cmd) + "\n").encode())
+        shown_env = "".join(f"{k}={v} " for k, v in sorted(self.env.items()))
+        self._log.write(("$ " + shown_env + " ".join(cmd) + "\n").encode())
         self._log.flush()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=REPO)
+                                     cwd=REPO, env={**os.environ, **self.env} if self.env else None)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         deadline = time.monotonic() + timeout
         last_err = "no attempt"
@@ -119,7 +121,8 @@ def server(request: pytest.FixtureRequest):
         pytest.fail(f"Minato server binary not found at {binary}: build it first (`swift build`, "
                     "which makes .build/debug/minato) or set MINATO_BIN to the binary", pytrace=False)
     name = Path(str(request.node.path)).stem
-    srv = Server(binary, ARTIFACTS / f"{name}.log")
+    # A test module may set MINATO_SERVER_ENV = {"MINATO_…": "…"} for its server.
+    srv = Server(binary, ARTIFACTS / f"{name}.log", env=getattr(request.module, "MINATO_SERVER_ENV", None))
     try:
         srv.start()
     except RuntimeError as e:

@@ -1,0 +1,273 @@
+"""The demo page at `/`, driven like a person would in real Chromium tabs, against the real server.
+
+(b) page 1 creates a room with a password; page 2 sees it in the list with a lock; a wrong
+    password shows a visible error; the right one lets both see each other's video; a taken name
+    is refused; mute/unmute reaches the others.
+(e) a screenshot of the demo with three members is kept under artifacts/interop/ and checked
+    non-blank.
+(c) a page reloads: the others see it come back, with no ghost member and no duplicate video.
+"""
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, launch_chromium, wait_until
+from minato_client import unique_name
+
+MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
+SCREENSHOT = ARTIFACTS / "demo-three-members.png"
+
+pytestmark = pytest.mark.timeout(150)
+
+# Per remote tile of a demo page: who, how many <video>s, frames decoded, the element's size,
+# and how much the picture varies (a blank or black video has ~0 luma deviation).
+REMOTE_TILES_JS = """async () => {
+  const d = window.minatoDemo;
+  const out = [];
+  const canvas = document.createElement('canvas');
+  canvas.width = 64; canvas.height = 48;
+  const g = canvas.getContext('2d', { willReadFrequently: true });
+  for (const tile of document.querySelectorAll('#grid .tile.remote')) {
+    const v = tile.querySelector('video');
+    const pid = tile.dataset.videoPublicationId;
+    const entry = pid && d.subscriptions.get(pid);
+    let frames = 0;
+    if (entry) (await entry.stream.getStats()).forEach((s) => { if (s.type === 'inbound-rtp') frames += s.framesDecoded || 0; });
+    let lumaStd = 0;
+    if (v.videoWidth > 0) {
+      g.drawImage(v, 0, 0, 64, 48);
+      const px = g.getImageData(0, 0, 64, 48).data;
+      let sum = 0, sq = 0, n = 0;
+      for (let i = 0; i < px.length; i += 4) { const y = 0.299 * px[i] + 0.587 * px[i + 1] + 0.114 * px[i + 2]; sum += y; sq += y * y; n++; }
+      lumaStd = Math.sqrt(Math.max(0, sq / n - (sum / n) ** 2));
+    }
+    out.push({ memberId: tile.dataset.memberId, name: tile.dataset.memberName, label: tile.querySelector('.label').textContent,
+               videos: tile.querySelectorAll('video').length, videoWidth: v.videoWidth, videoHeight: v.videoHeight,
+               frames, lumaStd, micOff: !tile.querySelector('.mic-off').hidden, camOff: !tile.querySelector('.cam-off').hidden });
+  }
+  return out.sort((a, b) => (a.name > b.name ? 1 : -1));
+}"""
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def pages(request, chromium, server):
+    made = []
+
+    def make(label: str):
+        page, log = demo_page(chromium, server, label)
+        made.append((page, log))
+        return page
+
+    yield make
+    for page, log in made:
+        log.save(request.node.name)
+        try:
+            page.context.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def create_room(page, name: str, password: str = "") -> None:
+    page.fill("#create-name", name)
+    page.fill("#create-password", password)
+    page.click("#create-button")
+    expect(page.locator("#notice")).to_contain_text(f"Room {name} created", timeout=10000)
+
+
+def join(page, room: str, name: str, password: str = "", expect_error: str | None = None) -> None:
+    page.fill("#join-room", room)
+    page.fill("#join-password", password)
+    page.fill("#join-name", name)
+    page.click("#join-button")
+    if expect_error:
+        expect(page.locator("#error")).to_have_attribute("data-error-name", expect_error, timeout=10000)
+        expect(page.locator("#error")).to_be_visible()
+        expect(page.locator("#lobby")).to_be_visible()
+        expect(page.locator("#call")).to_be_hidden()
+    else:
+        expect(page.locator("#call")).to_be_visible(timeout=15000)
+        expect(page.locator("#lobby")).to_be_hidden()
+        expect(page.locator("#error")).to_be_hidden()
+        expect(page.locator("#mute-video")).to_be_enabled(timeout=20000)
+
+
+def remote_tiles(page) -> list[dict]:
+    return page.evaluate(REMOTE_TILES_JS)
+
+
+def sees_video_of(page, names: list[str], min_frames: int = 10) -> bool:
+    tiles = remote_tiles(page)
+    return sorted(t["name"] for t in tiles) == sorted(names) and all(
+        t["videos"] == 1 and t["videoWidth"] > 0 and t["frames"] >= min_frames and t["lumaStd"] > 2 for t in tiles)
+
+
+def wait_video(page, label: str, names: list[str], timeout: float = 45) -> list[dict]:
+    try:
+        wait_until(lambda: sees_video_of(page, names), timeout, f"{label} to show decoding video of {names}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; tiles: {dump(remote_tiles(page))}") from None
+    return remote_tiles(page)
+
+
+def png_stats(path, boxes: dict[str, dict]) -> dict:
+    """Distinct colours (sampled) and luma spread of a PNG, whole and inside each named box
+    ({x, y, width, height} in CSS pixels = PNG pixels here), decoded with PyAV."""
+    import av
+    with av.open(str(path)) as c:
+        frame = next(c.decode(video=0)).reformat(format="rgb24")
+    plane = frame.planes[0]
+    data, stride = bytes(plane), plane.line_size
+
+    def region(x0: int, y0: int, x1: int, y1: int, step: int) -> dict:
+        colours, lumas = set(), []
+        for y in range(max(0, y0), min(frame.height, y1), step):
+            row = y * stride
+            for x in range(max(0, x0), min(frame.width, x1), step):
+                r, g, b = data[row + 3 * x: row + 3 * x + 3]
+                colours.add((r >> 3, g >> 3, b >> 3))
+                lumas.append(0.299 * r + 0.587 * g + 0.114 * b)
+        mean = sum(lumas) / max(1, len(lumas))
+        std = (sum((v - mean) ** 2 for v in lumas) / max(1, len(lumas))) ** 0.5
+        return {"colours": len(colours), "lumaMean": round(mean, 1), "lumaStd": round(std, 1)}
+
+    out = {"width": frame.width, "height": frame.height, "all": region(0, 0, frame.width, frame.height, 4)}
+    for name, b in boxes.items():
+        out[name] = region(int(b["x"]) + 4, int(b["y"]) + 4, int(b["x"] + b["width"]) - 4,
+                           int(b["y"] + b["height"]) - 4, 2)
+    return out
+
+
+def test_password_room_list_errors_video_and_screenshot(server, pages):
+    room = unique_name("demo")
+    password = "open-sesame"
+    p1 = pages("p1")
+    create_room(p1, room, password)
+    # The form is ready to join the new room.
+    expect(p1.locator("#join-room")).to_have_value(room)
+    join(p1, room, "alice", password)
+
+    p2 = pages("p2")
+    row = p2.locator(f"tr.room[data-room-name='{room}']")
+    expect(row).to_be_visible(timeout=10000)
+    expect(row.locator(".lock")).to_have_attribute("data-locked", "true")
+    expect(row.locator(".lock svg")).to_be_visible()
+    expect(row.locator(".member-count")).to_have_text("1", timeout=10000)
+    row.click()
+    expect(p2.locator("#join-room")).to_have_value(room)
+    # Wrong password: a visible error naming it; still in the lobby.
+    join(p2, room, "bob", "wrong-password", expect_error="wrongPassword")
+    expect(p2.locator("#error-text")).to_contain_text("Wrong password")
+    # Right password: both see each other.
+    join(p2, room, "bob", password)
+    wait_video(p1, "alice", ["bob"])
+    wait_video(p2, "bob", ["alice"])
+    # A taken name is refused with a visible error, then a free one works.
+    p3 = pages("p3")
+    join(p3, room, "bob", password, expect_error="memberNameDuplicated")
+    expect(p3.locator("#error-text")).to_contain_text("already taken")
+    join(p3, room, "carol", password)
+    for page, me, others in ((p1, "alice", ["bob", "carol"]), (p2, "bob", ["alice", "carol"]),
+                             (p3, "carol", ["alice", "bob"])):
+        tiles = wait_video(page, me, others)
+        assert [t["label"] for t in tiles] == others, tiles
+        expect(page.locator("#grid .tile.local .label")).to_have_text(f"{me} (you)")
+    # The list counts three members (seen from a fourth tab that stays in the lobby).
+    p4 = pages("p4")
+    expect(p4.locator(f"tr.room[data-room-name='{room}'] .member-count")).to_have_text("3", timeout=10000)
+
+    # (e) the screenshot: three members, each tile showing decoded video.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    p1.screenshot(path=str(SCREENSHOT))
+    boxes = {t.get_attribute("data-member-name"): t.locator("video").bounding_box()
+             for t in p1.locator("#grid .tile").all()}
+    st = png_stats(SCREENSHOT, boxes)
+    print(f"screenshot {SCREENSHOT}: {st}")
+    assert st["width"] >= 1000 and st["height"] >= 600, st
+    assert sorted(boxes) == ["alice", "bob", "carol"], boxes
+    assert st["all"]["colours"] >= 30 and st["all"]["lumaStd"] > 10, f"the screenshot looks blank: {st}"
+    for name in boxes:
+        # Each video shows a picture (the fake camera's moving pattern), not a flat or black area.
+        assert st[name]["lumaStd"] > 8 and st[name]["lumaMean"] > 20 and st[name]["colours"] >= 5, \
+            f"{name}'s tile looks blank in the screenshot: {st[name]}"
+
+    # Mute / unmute: bob's tile at alice shows it.
+    p2.click("#mute-audio")
+    expect(p2.locator("#mute-audio")).to_have_text("Unmute mic", timeout=10000)
+    wait_until(lambda: [t for t in remote_tiles(p1) if t["name"] == "bob" and t["micOff"]], 10, "alice to see bob muted")
+    p2.click("#mute-video")
+    expect(p2.locator("#mute-video")).to_have_text("Start camera", timeout=10000)
+    wait_until(lambda: [t for t in remote_tiles(p1) if t["name"] == "bob" and t["camOff"]], 10, "alice to see bob's camera off")
+    assert p1.evaluate("minatoDemo.room.publications.filter((p) => p.state === 'disabled').length") == 2
+    p2.click("#mute-audio")
+    p2.click("#mute-video")
+    wait_until(lambda: [t for t in remote_tiles(p1) if t["name"] == "bob" and not t["micOff"] and not t["camOff"]], 10,
+               "alice to see bob unmuted")
+    frames = [t["frames"] for t in remote_tiles(p1) if t["name"] == "bob"][0]
+    wait_until(lambda: [t for t in remote_tiles(p1) if t["name"] == "bob" and t["frames"] > frames + 10], 15,
+               "bob's video to flow again at alice")
+
+    # Leave: carol's tile disappears at the others; carol is back in the lobby.
+    p3.click("#leave")
+    expect(p3.locator("#lobby")).to_be_visible(timeout=10000)
+    expect(p3.locator("#call")).to_be_hidden()
+    for page in (p1, p2):
+        expect(page.locator("#grid .tile.remote[data-member-name='carol']")).to_have_count(0, timeout=10000)
+    for page in (p1, p2, p3, p4):
+        assert page.evaluate("minatoDemo.errors.map((e) => e.name)") in ([], ["wrongPassword"], ["memberNameDuplicated"])
+
+
+def test_reload_comes_back_without_ghost_or_duplicate(server, pages):
+    room = unique_name("reload")
+    p1, p2, p3 = pages("p1"), pages("p2"), pages("p3")
+    create_room(p1, room)
+    join(p1, room, "alice")
+    join(p2, room, "bob")
+    join(p3, room, "carol")
+    wait_video(p1, "alice", ["bob", "carol"])
+    wait_video(p3, "carol", ["alice", "bob"])
+    old_bob = p1.evaluate("minatoDemo.room.members.find((m) => m.name === 'bob').id")
+    for p in (p1, p3):
+        p.evaluate("""() => { window.__events = [];
+            const r = minatoDemo.room;
+            r.onMemberLeft.add(({ member, reason }) => __events.push({ type: 'left', id: member.id, name: member.name, reason }));
+            r.onMemberJoined.add(({ member }) => __events.push({ type: 'joined', id: member.id, name: member.name })); }""")
+
+    p2.reload()
+    p2.wait_for_selector("body[data-ready='true']", timeout=20000)
+    expect(p2.locator("#call")).to_be_visible(timeout=20000)   # it joins again by itself
+    for page, me, others in ((p1, "alice", ["bob", "carol"]), (p3, "carol", ["alice", "bob"]),
+                             (p2, "bob", ["alice", "carol"])):
+        tiles = wait_video(page, me, others)
+        assert len(tiles) == 2 and all(t["videos"] == 1 for t in tiles), f"{me}: duplicate tiles/videos {dump(tiles)}"
+    new_bob = p1.evaluate("minatoDemo.room.members.find((m) => m.name === 'bob').id")
+    assert new_bob != old_bob
+    for page, me in ((p1, "alice"), (p3, "carol")):
+        events = page.evaluate("__events")
+        left = [e for e in events if e["type"] == "left"]
+        joined = [e for e in events if e["type"] == "joined"]
+        assert [(e["id"], e["name"]) for e in left] == [(old_bob, "bob")], events
+        # `left` (the SDK's pagehide leave), `transportClosed` (the unloading page's DTLS close can
+        # reach the server first) or `replaced` (the rejoin with replace:true came first).
+        assert left[0]["reason"] in ("left", "transportClosed", "replaced"), left
+        assert [(e["id"], e["name"]) for e in joined] == [(new_bob, "bob")], events
+        print(f"{me}: the old bob left with reason {left[0]['reason']!r}, the new bob joined")
+        # No ghost: exactly three members, one per name; bob's tile is the new member's.
+        members = page.evaluate("minatoDemo.room.members.map((m) => m.name).sort()")
+        assert members == ["alice", "bob", "carol"], members
+        tile_ids = [t["memberId"] for t in remote_tiles(page) if t["name"] == "bob"]
+        assert tile_ids == [new_bob], tile_ids
+        assert page.locator("#grid video").count() == 3
+        subs = page.evaluate("[...minatoDemo.subscriptions.values()].filter(Boolean).length")
+        assert subs == 4, f"{me}: {subs} subscriptions, expected 2 audio + 2 video"
+    # The server agrees: three members in the room.
+    assert p2.evaluate("async (n) => (await minatoDemo.context.listRooms()).find((r) => r.name === n).memberCount",
+                       room) == 3
