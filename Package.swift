@@ -23,6 +23,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // C libraries, found with pkg-config.
@@ -46,7 +49,8 @@ let package = Package(
         .target(
             name: "MinatoRooms",
             dependencies: ["MinatoWire", "MinatoMedia", "MinatoTransport",
-                           .product(name: "Logging", package: "swift-log")],
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Metrics", package: "swift-metrics")],
             swiftSettings: strict),
         // Server: JSON-RPC over WebSocket, config.
         .target(
@@ -55,17 +59,22 @@ let package = Package(
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                            .product(name: "Logging", package: "swift-log"),
-                           .product(name: "Yams", package: "Yams")],
-            resources: [.copy("Resources/web")],
+                           .product(name: "Yams", package: "Yams"),
+                           .product(name: "JWTKit", package: "jwt-kit"),
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           .product(name: "Prometheus", package: "swift-prometheus")],
+            resources: [.copy("Resources/web"), .copy("Resources/openapi.yaml")],
             swiftSettings: strict),
         .executableTarget(
             name: "minato",
-            dependencies: ["MinatoServer", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["MinatoServer", "MinatoRooms", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           .product(name: "Prometheus", package: "swift-prometheus")],
             swiftSettings: strict),
 
         .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
         .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
-        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer"]),
+        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -11,14 +11,21 @@ public struct RoomConfiguration: Sendable {
     public var defaultKeepaliveIntervalSec = 30
     public var defaultKeepaliveIntervalGapSec = 30
     public var maxEventLog = 10_000
+    /// Seconds before a token's `exp` at which its connection gets `tokenExpiring`.
+    public var tokenExpiringNoticeSec = 30
     public init() {}
 }
 
-/// Where a client's messages go: one WebSocket connection.
+/// Where a client's messages go: one WebSocket connection. `close` ends it with a WebSocket
+/// close code and reason (after the messages already sent).
 public struct ClientChannel: Sendable {
     public let id: UInt64
     public let send: @Sendable (String) -> Void
-    public init(id: UInt64, send: @escaping @Sendable (String) -> Void) { self.id = id; self.send = send }
+    public let close: @Sendable (UInt16, String) -> Void
+    public init(id: UInt64, send: @escaping @Sendable (String) -> Void,
+                close: @escaping @Sendable (UInt16, String) -> Void = { _, _ in }) {
+        self.id = id; self.send = send; self.close = close
+    }
 }
 
 /// A room (SkyWay `Room`, type sfu). Owned by `RoomService`; its media lives on one worker.

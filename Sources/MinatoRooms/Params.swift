@@ -31,6 +31,10 @@ struct Params {
     /// A SkyWay name: `^[A-Za-z0-9._%*-]{1,128}$`.
     func name(_ key: String) throws(RoomError) -> String? {
         guard let s = try optionalString(key) else { return nil }
+        try Self.checkName(s, key: key)
+        return s
+    }
+    static func checkName(_ s: String, key: String) throws(RoomError) {
         let ok = !s.isEmpty && s.utf8.count <= 128 && s.utf8.allSatisfy { c in
             (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
                 || c == 0x2E || c == 0x5F || c == 0x25 || c == 0x2A || c == 0x2D
@@ -38,7 +42,6 @@ struct Params {
         guard ok else {
             throw .invalidParameter("\"\(key)\" must be 1-128 characters of A-Z a-z 0-9 . _ % * -.")
         }
-        return s
     }
     /// Metadata: a string of at most 4096 bytes.
     func metadata(_ key: String, required: Bool = false) throws(RoomError) -> String? {
@@ -46,8 +49,11 @@ struct Params {
             if required { throw .invalidParams("\"\(key)\" is required.") }
             return nil
         }
-        guard s.utf8.count <= 4096 else { throw .invalidParameter("\"\(key)\" is \(s.utf8.count) bytes; metadata may be at most 4096.") }
+        try Self.checkMetadata(s, key: key)
         return s
+    }
+    static func checkMetadata(_ s: String, key: String) throws(RoomError) {
+        guard s.utf8.count <= 4096 else { throw .invalidParameter("\"\(key)\" is \(s.utf8.count) bytes; metadata may be at most 4096.") }
     }
     /// `{type, sdp}` with the expected type.
     func sessionDescription(_ key: String, type: String) throws(RoomError) -> String {

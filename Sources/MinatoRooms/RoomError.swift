@@ -20,6 +20,8 @@ public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     // Domain errors
     public static func invalidParameter(_ d: String) -> RoomError { .init(code: 400, name: "invalidParameter", detail: d) }
     public static func invalidSdp(_ d: String) -> RoomError { .init(code: 400, name: "invalidSdp", detail: d) }
+    public static func invalidAuthToken(_ d: String) -> RoomError { .init(code: 401, name: "invalidAuthToken", detail: d) }
+    public static func authTokenExpired(_ d: String) -> RoomError { .init(code: 401, name: "authTokenExpired", detail: d) }
     public static func insufficientPermissions(_ d: String) -> RoomError { .init(code: 403, name: "insufficientPermissions", detail: d) }
     public static func wrongPassword() -> RoomError {
         .init(code: 403, name: "wrongPassword", detail: "The room's password does not match; ask its creator for it.")

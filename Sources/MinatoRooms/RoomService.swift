@@ -3,6 +3,7 @@ public import Logging
 public import MinatoTransport
 internal import MinatoMedia
 internal import MinatoWire
+internal import Metrics
 
 /// The room model of one server: every Room, Member, Publication and Subscription, the event
 /// log, keepalive expiry, and the JSON-RPC methods of PROTOCOL.md. One actor owns all of it;
@@ -19,12 +20,19 @@ public actor RoomService {
     var outbox: [(ClientChannel, String)] = []
     let clock = ContinuousClock()
     private var started = false
+    /// Verifies client tokens; nil = auth off (every request allowed).
+    let verifier: TokenVerifier?
+    /// Authenticated connections, by channel id.
+    var sessions: [UInt64: AuthSession] = [:]
 
-    public init(configuration: RoomConfiguration, workers: [MediaWorker], logger: Logger) {
+    public init(configuration: RoomConfiguration, workers: [MediaWorker], logger: Logger, verifier: TokenVerifier? = nil) {
         self.configuration = configuration
         self.workers = workers
         self.logger = logger
+        self.verifier = verifier
     }
+
+    public var authEnabled: Bool { verifier != nil }
 
     /// Starts the keepalive sweep and listens to worker events; call once.
     public func start() {
@@ -75,13 +83,18 @@ public actor RoomService {
             send(channel, response(id: id, error: .invalidParams("\"params\" must be an object.")))
             return
         }
+        let known = Self.methods.contains(method) ? method : "unknown"
+        Counter(label: "minato_signaling_requests_total", dimensions: [("method", known)]).increment()
         do {
-            let result = try await dispatch(method: method, params: Params(params), channel: channel)
+            let grant = try await authorize(method: method, params: Params(params), channel: channel)
+            let result = try await dispatch(method: method, params: Params(params), channel: channel, grant: grant)
             send(channel, response(id: id, result: result))
         } catch let error as RoomError {
+            Counter(label: "minato_signaling_errors_total", dimensions: [("name", error.name)]).increment()
             send(channel, response(id: id, error: error))
         } catch {
             logger.error("request failed", metadata: ["method": "\(method)", "error": "\(error)"])
+            Counter(label: "minato_signaling_errors_total", dimensions: [("name", "internal")]).increment()
             send(channel, response(id: id, error: .internalError("The server failed: \(error)")))
         }
         flushOutbox()
@@ -90,6 +103,7 @@ public actor RoomService {
     /// The WebSocket closed: its members stay for their keepalive gap, waiting for a reconnect.
     public func channelClosed(_ channelId: UInt64) {
         let now = clock.now
+        sessions[channelId] = nil
         for room in rooms {
             room.listeners[channelId] = nil
             for m in room.members where m.channel?.id == channelId {
@@ -99,19 +113,30 @@ public actor RoomService {
         }
     }
 
-    func dispatch(method: String, params: Params, channel: ClientChannel) async throws -> JSONValue {
+    static let methods: Set<String> = [
+        "authenticate", "updateAuthToken", "listRooms", "createRoom", "findRoom", "findOrCreateRoom", "closeRoom",
+        "updateRoomMetadata", "getRoom", "subscribeRoomEvents", "join", "leave", "keepalive", "updateMemberMetadata",
+        "publish", "negotiate", "unpublish", "enablePublication", "disablePublication", "updatePublicationMetadata",
+        "subscribe", "unsubscribe", "answer", "iceCandidate", "changePreferredEncoding",
+    ]
+
+    func dispatch(method: String, params: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
         switch method {
-        case "listRooms": return ["rooms": .array(rooms.map(\.summaryJSON))]
-        case "createRoom": return try createRoom(params)
-        case "findRoom": return try findRoom(params)
-        case "findOrCreateRoom": return try findOrCreateRoom(params)
-        case "closeRoom": return try closeRoom(params)
-        case "updateRoomMetadata": return try updateRoomMetadata(params)
+        case "authenticate", "updateAuthToken": return try await authenticate(params, channel: channel, update: method == "updateAuthToken")
+        case "listRooms":
+            let visible = rooms.filter { grant == nil || !grant!.rules(forRoom: $0.name).isEmpty }
+            return ["rooms": .array(visible.map(\.summaryJSON))]
+        case "createRoom": return try createRoom(params, grant: grant)
+        case "findRoom": return try findRoom(params, grant: grant)
+        case "findOrCreateRoom": return try findOrCreateRoom(params, grant: grant)
+        case "closeRoom": return try closeRoom(params, grant: grant)
+        case "updateRoomMetadata": return try updateRoomMetadata(params, grant: grant)
         case "getRoom":
             let room = try room(params.string("roomId"))
+            try permit(grant, room: room)
             return ["room": room.json]
-        case "subscribeRoomEvents": return try subscribeRoomEvents(params, channel: channel)
-        case "join": return try await join(params, channel: channel)
+        case "subscribeRoomEvents": return try subscribeRoomEvents(params, channel: channel, grant: grant)
+        case "join": return try await join(params, channel: channel, grant: grant)
         case "leave":
             let (room, member) = try joinedMember(params, channel: channel)
             removeMember(member, from: room, reason: "left")
@@ -130,12 +155,7 @@ public actor RoomService {
             return [:]
         case "enablePublication", "disablePublication":
             let (room, pub) = try ownPublication(params, channel: channel)
-            let enable = method == "enablePublication"
-            if pub.enabled != enable {
-                pub.enabled = enable
-                if let p = pub.producer { workers[room.worker].post { $0.setPaused(p, !enable) } }
-                emit(room, enable ? "publicationEnabled" : "publicationDisabled", ["publication": pub.json])
-            }
+            setEnabled(pub, method == "enablePublication", in: room)
             return [:]
         case "updatePublicationMetadata":
             let (room, pub) = try ownPublication(params, channel: channel)
@@ -159,8 +179,9 @@ public actor RoomService {
 
     // MARK: Rooms
 
-    func createRoom(_ p: Params) throws -> JSONValue {
+    func createRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
         let name = try p.name("name")
+        try permit(grant, roomNamed: name, action: "create")
         if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
         let room = makeRoom(name: name, metadata: try p.metadata("metadata") ?? "", password: try p.optionalString("password"))
         return ["room": room.json]
@@ -179,44 +200,58 @@ public actor RoomService {
         return room
     }
 
-    func findRoom(_ p: Params) throws -> JSONValue {
-        if let id = try p.optionalString("id") { return ["room": try room(id).json] }
+    func findRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
+        if let id = try p.optionalString("id") {
+            let r = try room(id)
+            try permit(grant, room: r)
+            return ["room": r.json]
+        }
         if let name = try p.name("name") {
+            try permit(grant, roomNamed: name, action: nil)
             guard let r = rooms.first(where: { $0.name == name }) else { throw RoomError.roomNotFound("named '\(name)'") }
             return ["room": r.json]
         }
         throw RoomError.invalidParams("findRoom needs \"id\" or \"name\".")
     }
 
-    func findOrCreateRoom(_ p: Params) throws -> JSONValue {
+    func findOrCreateRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
         guard let name = try p.name("name") else { throw RoomError.invalidParams("findOrCreateRoom needs \"name\".") }
+        try permit(grant, roomNamed: name, action: nil)
         if let r = rooms.first(where: { $0.name == name }) { return ["room": r.json] }
+        try permit(grant, roomNamed: name, action: "create")
         let room = makeRoom(name: name, metadata: try p.metadata("metadata") ?? "", password: try p.optionalString("password"))
         return ["room": room.json]
     }
 
-    func closeRoom(_ p: Params) throws -> JSONValue {
+    func closeRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
         let room = try room(p.string("roomId"))
+        try permit(grant, roomNamed: room.name, action: "close")
         close(room)
         return [:]
     }
 
     func close(_ room: Room) {
-        for m in room.members { removeMember(m, from: room, reason: "roomClosed") }
+        // Members hear `closed` too (after their memberLeft), not only event listeners.
+        for m in room.members {
+            if let c = m.channel { room.listeners[c.id] = c }
+            removeMember(m, from: room, reason: "roomClosed")
+        }
         emit(room, "closed", [:])
         rooms.removeAll { $0 === room }
         logger.info("room closed", metadata: ["room": "\(room.id)"])
     }
 
-    func updateRoomMetadata(_ p: Params) throws -> JSONValue {
+    func updateRoomMetadata(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
         let room = try room(p.string("roomId"))
+        try permit(grant, roomNamed: room.name, action: "updateMetadata")
         room.metadata = try p.metadata("metadata", required: true)!
         emit(room, "metadataUpdated", ["room": room.summaryJSON])
         return [:]
     }
 
-    func subscribeRoomEvents(_ p: Params, channel: ClientChannel) throws -> JSONValue {
+    func subscribeRoomEvents(_ p: Params, channel: ClientChannel, grant: AuthGrant?) throws -> JSONValue {
         let room = try room(p.string("roomId"))
+        try permit(grant, room: room)
         let offset = try p.optionalInt("offset") ?? 0
         room.listeners[channel.id] = channel
         return ["events": .array(room.events.filter { ($0["version"]?.intValue ?? 0) > offset })]
@@ -224,9 +259,16 @@ public actor RoomService {
 
     // MARK: Members
 
-    func join(_ p: Params, channel: ClientChannel) async throws -> JSONValue {
+    func join(_ p: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
         let room = try room(p.string("roomId"))
         let name = try p.name("name")
+        if let grant {
+            let rules = grant.rules(forRoom: room.name)
+            guard !rules.isEmpty else { throw RoomError.insufficientPermissions(Self.noRoomRule(room.name)) }
+            guard rules.contains(where: { r in r.member.map { globMatches($0.name, name ?? "") } ?? false }) else {
+                throw RoomError.insufficientPermissions("The token's scope has no member rule matching the name '\(name ?? "")' in room '\(room.name ?? room.id)'.")
+            }
+        }
         let metadata = try p.metadata("metadata") ?? ""
         let password = try p.optionalString("password")
         let interval = try p.optionalInt("keepaliveIntervalSec") ?? configuration.defaultKeepaliveIntervalSec
@@ -259,9 +301,16 @@ public actor RoomService {
         let id = try p.string("memberId")
         guard let (_, member) = findMember(id) else { throw RoomError.memberNotFound(id) }
         // A reconnecting client takes its member over on the new connection.
+        let tookOver = member.channel?.id != channel.id
         member.channel = channel
         member.disconnectedAt = nil
         member.lastSeen = clock.now
+        // A server offer sent to (or held for) the lost connection may never have arrived:
+        // offer the current receive state again on the new one.
+        if tookOver, member.recvTransport != nil, member.recvOfferPending || member.recvNeedsOffer {
+            member.recvNeedsOffer = false
+            sendOffer(member)
+        }
         return ["ttlSec": .int(member.keepaliveIntervalSec + member.keepaliveIntervalGapSec)]
     }
 
@@ -284,6 +333,7 @@ public actor RoomService {
     }
 
     func sweep() {
+        if verifier != nil { warnExpiringTokens() }
         let now = clock.now
         for room in rooms {
             for m in room.members {
@@ -306,6 +356,8 @@ public actor RoomService {
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }
             logger.info("transport closed", metadata: ["member": "\(member.id)", "reason": "\(reason)"])
+            let kind = reason.hasPrefix("ICE") ? "ice" : reason.contains("DTLS") ? "dtls" : "timeout"
+            Counter(label: "minato_transport_failures_total", dimensions: [("kind", kind)]).increment()
             removeMember(member, from: room, reason: "transportClosed")
             flushOutbox()
         }
@@ -323,9 +375,11 @@ public actor RoomService {
         let sdp = try p.sessionDescription("offer", type: "offer")
         let metadata = try p.metadata("metadata") ?? ""
         let enabled = try p.optionalBool("isEnabled") ?? true
-        let maxSubscribers = try p.optionalInt("maxSubscribers") ?? configuration.defaultMaxSubscribers
-        guard (1...configuration.maxSubscribersCap).contains(maxSubscribers) else {
-            throw RoomError.invalidParameter("maxSubscribers must be 1...\(configuration.maxSubscribersCap).")
+        var cap = configuration.maxSubscribersCap
+        if let limit = tokenSubscriberLimit(channel: channel, room: room) { cap = min(cap, limit) }
+        let maxSubscribers = try p.optionalInt("maxSubscribers") ?? min(configuration.defaultMaxSubscribers, cap)
+        guard (1...max(1, cap)).contains(maxSubscribers) else {
+            throw RoomError.invalidParameter("maxSubscribers must be 1...\(cap) (the server's cap and the token's sfu.maxSubscribersLimit).")
         }
         let encodings = try p.optionalArray("encodings") ?? []
         let sd = try SdpNegotiation.parse(sdp)
@@ -394,6 +448,14 @@ public actor RoomService {
         member.sendVersion += 1
         let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
         return ["answer": ["type": "answer", "sdp": .string(answer)]]
+    }
+
+    /// Enables (forwarding resumes with a keyframe request) or disables (forwarding stops) a publication.
+    func setEnabled(_ pub: RoomPublication, _ enable: Bool, in room: Room) {
+        guard pub.enabled != enable else { return }
+        pub.enabled = enable
+        if let p = pub.producer { workers[room.worker].post { $0.setPaused(p, !enable) } }
+        emit(room, enable ? "publicationEnabled" : "publicationDisabled", ["publication": pub.json])
     }
 
     /// Ends a publication: subscriptions end (events), `streamUnpublished`, new offers to subscribers.
@@ -686,6 +748,13 @@ public actor RoomService {
     // MARK: Introspection (admin, tests)
 
     public func snapshot() -> JSONValue { ["rooms": .array(rooms.map(\.json))] }
+
+    /// Closes every room (members leave with reason `roomClosed`, then `closed`): used on
+    /// shutdown so clients hear why their media stopped, and by the fuzzer between inputs.
+    public func closeAllRooms() {
+        for room in rooms { close(room) }
+        flushOutbox()
+    }
 
     public func counts() -> (rooms: Int, members: Int, publications: Int, subscriptions: Int) {
         (rooms.count, rooms.reduce(0) { $0 + $1.members.count }, rooms.reduce(0) { $0 + $1.publications.count },

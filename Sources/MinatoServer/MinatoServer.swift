@@ -5,6 +5,7 @@ internal import Hummingbird
 internal import HummingbirdWebSocket
 internal import Synchronization
 internal import Foundation
+public import Prometheus
 
 /// The Minato server process: the crypto runtime, the media workers, the room service, and the
 /// Hummingbird application serving `/ws` (JSON-RPC signaling), `/healthz` and `/readyz`.
@@ -15,9 +16,15 @@ public final class MinatoServer: Sendable {
     let runtime: CryptoRuntime
     let workers: [MediaWorker]
     public let rooms: RoomService
+    /// Verifies client tokens (nil: auth off).
+    let authority: TokenAuthority?
+    /// Where `/metrics` comes from: the control plane's swift-metrics (through the factory the
+    /// CLI bootstraps) and the workers' packet counters, copied in at each scrape.
+    let registry: PrometheusCollectorRegistry
+    let packetMetrics: PacketMetrics
     private let connectionIds = Atomic<UInt64>(1)
 
-    public init(configuration: ServerConfiguration, logger: Logger) throws {
+    public init(configuration: ServerConfiguration, logger: Logger, registry: PrometheusCollectorRegistry) async throws {
         self.configuration = configuration
         self.logger = logger
         let runtime = try CryptoRuntime()
@@ -26,7 +33,17 @@ public final class MinatoServer: Sendable {
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout, logger: logger)
         }
-        self.rooms = RoomService(configuration: configuration.rooms, workers: workers, logger: logger)
+        var authority: TokenAuthority?
+        var verifier: TokenVerifier?
+        if !configuration.authSecret.isEmpty {
+            let a = await TokenAuthority(secret: configuration.authSecret)
+            authority = a
+            verifier = { @Sendable (token: String) async -> Result<AuthGrant, RoomError> in await a.verify(token) }
+        }
+        self.authority = authority
+        self.rooms = RoomService(configuration: configuration.rooms, workers: workers, logger: logger, verifier: verifier)
+        self.registry = registry
+        self.packetMetrics = PacketMetrics(registry: registry)
     }
 
     /// Serves until SIGTERM or SIGINT, then closes every transport and stops the workers.
@@ -52,7 +69,8 @@ public final class MinatoServer: Sendable {
         }
 
         router.get("/metrics") { [self] _, _ -> Response in
-            let text = await self.metricsText()
+            await self.updatePacketMetrics()
+            let text = self.registry.emitToString()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                             body: .init(byteBuffer: ByteBuffer(string: text)))
         }
@@ -63,10 +81,16 @@ public final class MinatoServer: Sendable {
             router.add(middleware: FileMiddleware(webRoot, searchForIndexHtml: true, logger: logger))
         }
 
+        let openAPI = Bundle.module.url(forResource: "openapi", withExtension: "yaml")
+            .flatMap { try? String(contentsOf: $0, encoding: .utf8) }
+        AdminAPI(rooms: rooms, apiSecret: configuration.adminApiSecret, authority: authority,
+                 openWithoutSecret: configuration.listensOnLoopbackOnly, openAPIDocument: openAPI).register(on: router)
+
         let wsRouter = Router(context: BasicWebSocketRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
-        wsRouter.ws("/ws") { [self] inbound, outbound, _ in
-            try await self.serveConnection(inbound: inbound, outbound: outbound, maxMessage: maxMessage)
+        wsRouter.ws("/ws") { [self] inbound, outbound, context in
+            let token = context.request.uri.queryParameters["token"].map(String.init)
+            try await self.serveConnection(inbound: inbound, outbound: outbound, maxMessage: maxMessage, token: token)
         }
         let app = Application(
             router: router,
@@ -85,60 +109,48 @@ public final class MinatoServer: Sendable {
             logger: logger)
         defer { for w in workers { w.shutdown() } }
         try await app.runService()
+        await rooms.closeAllRooms()
         logger.notice("minato stopped")
     }
 
-    /// Prometheus text exposition of the workers' and rooms' counters.
-    func metricsText() async -> String {
-        var forwarded: UInt64 = 0, received: UInt64 = 0, bytes: UInt64 = 0, keyFrames: UInt64 = 0, transports = 0
-        var drops: [String: UInt64] = [:]
+    /// Copies the workers' packet counters and the room counts into the registry.
+    func updatePacketMetrics() async {
+        var totals = WorkerTotals()
         for w in workers {
             guard let c = try? await w.perform({ $0.counters }) else { continue }
-            forwarded &+= c.rtpPacketsForwarded; received &+= c.rtpPacketsReceived; bytes &+= c.rtpBytesForwarded
-            keyFrames &+= c.keyFrameRequestsSent; transports += c.transports
-            for (k, v) in c.drops { drops[k, default: 0] &+= v }
+            totals.add(c)
         }
         let counts = await rooms.counts()
-        var lines = [
-            "# HELP minato_rtp_packets_received_total RTP packets received from publishers.",
-            "# TYPE minato_rtp_packets_received_total counter",
-            "minato_rtp_packets_received_total \(received)",
-            "# HELP minato_rtp_packets_forwarded_total RTP packets sent to subscribers.",
-            "# TYPE minato_rtp_packets_forwarded_total counter",
-            "minato_rtp_packets_forwarded_total \(forwarded)",
-            "# HELP minato_rtp_bytes_forwarded_total RTP bytes (clear) sent to subscribers.",
-            "# TYPE minato_rtp_bytes_forwarded_total counter",
-            "minato_rtp_bytes_forwarded_total \(bytes)",
-            "# HELP minato_keyframe_requests_total PLI/FIR sent to publishers.",
-            "# TYPE minato_keyframe_requests_total counter",
-            "minato_keyframe_requests_total \(keyFrames)",
-            "# HELP minato_packets_dropped_total Received packets not forwarded, by reason.",
-            "# TYPE minato_packets_dropped_total counter",
-        ]
-        for (reason, n) in drops.sorted(by: { $0.key < $1.key }) { lines.append("minato_packets_dropped_total{reason=\"\(reason)\"} \(n)") }
-        lines += [
-            "# HELP minato_transports WebRTC transports open.", "# TYPE minato_transports gauge", "minato_transports \(transports)",
-            "# HELP minato_rooms Rooms open.", "# TYPE minato_rooms gauge", "minato_rooms \(counts.rooms)",
-            "# HELP minato_members Members joined.", "# TYPE minato_members gauge", "minato_members \(counts.members)",
-            "# HELP minato_publications Publications.", "# TYPE minato_publications gauge", "minato_publications \(counts.publications)",
-            "# HELP minato_subscriptions Subscriptions.", "# TYPE minato_subscriptions gauge", "minato_subscriptions \(counts.subscriptions)",
-        ]
-        return lines.joined(separator: "\n") + "\n"
+        packetMetrics.update(totals, rooms: counts)
     }
 
     /// One signaling connection: requests are handled as they arrive (each answered with its
     /// own id); responses and notifications leave in the order the room service sends them.
-    func serveConnection(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, maxMessage: Int) async throws {
+    func serveConnection(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, maxMessage: Int,
+                         token: String?) async throws {
         let id = connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue
-        let (stream, continuation) = AsyncStream<String>.makeStream(bufferingPolicy: .unbounded)
-        let channel = ClientChannel(id: id) { text in continuation.yield(text) }
+        let (stream, continuation) = AsyncStream<Outgoing>.makeStream(bufferingPolicy: .unbounded)
+        let channel = ClientChannel(id: id, send: { text in continuation.yield(.text(text)) },
+                                    close: { code, reason in continuation.yield(.close(code, reason)) })
         let rooms = self.rooms
         logger.debug("signaling connection opened", metadata: ["connection": "\(id)"])
+        if let token, let error = await rooms.authenticate(token: token, channel: channel) {
+            // A bad token at connect time: say why in the close frame (4001 invalid, 4002 expired).
+            try? await outbound.close(.init(codeNumber: error.name == "authTokenExpired" ? 4002 : 4001),
+                                      reason: "\(error.name): \(error.detail)".utf8Prefix(120))
+            return
+        }
         var failure: (any Error)?
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await text in stream {
-                    do { try await outbound.write(.text(text)) } catch { break }
+                for await item in stream {
+                    switch item {
+                    case .text(let text):
+                        do { try await outbound.write(.text(text)) } catch { return }
+                    case .close(let code, let reason):
+                        try? await outbound.close(.init(codeNumber: Int(code)), reason: reason.utf8Prefix(120))
+                        return
+                    }
                 }
             }
             do {
@@ -159,5 +171,22 @@ public final class MinatoServer: Sendable {
         }
         logger.debug("signaling connection closed", metadata: ["connection": "\(id)"])
         if let failure { throw failure }
+    }
+}
+
+enum Outgoing: Sendable {
+    case text(String)
+    case close(UInt16, String)
+}
+
+extension String {
+    /// At most `n` bytes of UTF-8, cut at a character boundary (WebSocket close reasons are ≤ 123 bytes).
+    func utf8Prefix(_ n: Int) -> String {
+        var out = ""
+        for ch in self {
+            if out.utf8.count + String(ch).utf8.count > n { break }
+            out.append(ch)
+        }
+        return out
     }
 }

@@ -28,8 +28,15 @@ public struct ServerConfiguration: Sendable {
     public var transportTimeoutSec = 10
     /// `rooms.*`.
     public var rooms = RoomConfiguration()
+    /// `auth.secret`: the HS256 secret client tokens are signed with; empty = auth off.
+    public var authSecret = ""
+    /// `admin.apiSecret`: a bearer secret for the admin API (an admin-scoped JWT works too).
+    public var adminApiSecret = ""
 
     public init() {}
+
+    /// The server listens on a loopback address only (then the admin API may be open without a secret).
+    public var listensOnLoopbackOnly: Bool { ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") }
 
     public var resolvedWorkerCount: Int {
         mediaWorkers > 0 ? mediaWorkers : max(1, ProcessInfo.processInfo.activeProcessorCount)
@@ -186,6 +193,20 @@ struct ConfigKey: Sendable {
         .int("rooms.keepaliveIntervalSec", 1...3600) { $0.rooms.defaultKeepaliveIntervalSec = $1 },
         .int("rooms.keepaliveIntervalGapSec", 0...3600) { $0.rooms.defaultKeepaliveIntervalGapSec = $1 },
         .int("rooms.maxEventLog", 100...1_000_000) { $0.rooms.maxEventLog = $1 },
+        ConfigKey(path: "auth.secret") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            // HS256 keys shorter than the hash output (32 bytes) are weak; JWTKit refuses them.
+            guard v.isEmpty || v.utf8.count >= 32 else {
+                throw ConfigurationError(message: "\(s): the secret must be at least 32 bytes (or empty for auth off)")
+            }
+            c.authSecret = v
+        },
+        .int("auth.tokenExpiringNoticeSec", 1...3600) { $0.rooms.tokenExpiringNoticeSec = $1 },
+        ConfigKey(path: "admin.apiSecret") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard v.isEmpty || v.utf8.count >= 32 else {
+                throw ConfigurationError(message: "\(s): the secret must be at least 32 bytes (or empty)")
+            }
+            c.adminApiSecret = v
+        },
     ]
 }
 

@@ -1,0 +1,151 @@
+public import MinatoTransport
+internal import MinatoMedia
+
+/// The operator's view and levers (the REST admin API under /v1). Every call returns the JSON
+/// body of its response or throws a `RoomError` (mapped to the HTTP status of its code).
+/// Changes emit the same room events as the signaling methods do.
+extension RoomService {
+    public func adminListRooms() -> JSONValue {
+        ["rooms": .array(rooms.map { room in
+            var o = room.summaryJSON.objectValue ?? [:]
+            o["publicationCount"] = .int(room.publications.count)
+            o["subscriptionCount"] = .int(room.subscriptions.count)
+            o["version"] = .int(room.version)
+            return .object(o)
+        })]
+    }
+
+    public func adminCreateRoom(name: String?, metadata: String?, password: String?) throws(RoomError) -> JSONValue {
+        if let name { try Params.checkName(name, key: "name") }
+        if let metadata { try Params.checkMetadata(metadata, key: "metadata") }
+        if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
+        let room = makeRoom(name: name, metadata: metadata ?? "", password: password)
+        return ["room": room.json]
+    }
+
+    public func adminGetRoom(_ roomId: String) throws(RoomError) -> JSONValue {
+        ["room": try adminRoom(roomId).json]
+    }
+
+    public func adminUpdateRoomMetadata(_ roomId: String, metadata: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        try Params.checkMetadata(metadata, key: "metadata")
+        room.metadata = metadata
+        emit(room, "metadataUpdated", ["room": room.summaryJSON])
+        flushOutbox()
+        return ["room": room.json]
+    }
+
+    /// Closes the room: members leave with `roomClosed`, everyone sees `closed`, transports
+    /// close (their UDP ports are released by the worker).
+    public func adminCloseRoom(_ roomId: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        close(room)
+        flushOutbox()
+        return [:]
+    }
+
+    public func adminMembers(_ roomId: String) throws(RoomError) -> JSONValue {
+        ["members": .array(try adminRoom(roomId).members.map(adminMemberJSON))]
+    }
+
+    public func adminMember(_ roomId: String, _ memberId: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let m = room.member(memberId) else { throw RoomError.memberNotFound(memberId) }
+        return ["member": adminMemberJSON(m)]
+    }
+
+    /// Removes the member with reason `kicked`; its socket is told (the `memberLeft` event) and
+    /// closed with code 4000.
+    public func adminKick(_ roomId: String, _ memberId: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let m = room.member(memberId) else { throw RoomError.memberNotFound(memberId) }
+        kick(m, from: room)
+        return [:]
+    }
+
+    /// Removes the member holding `name` (a ghost after a crash, say) with reason `kicked`, so
+    /// the name is free at once.
+    public func adminEvict(_ roomId: String, name: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let m = room.members.first(where: { $0.name == name }) else {
+            throw RoomError(code: 404, name: "memberNotFound", detail: "No member named '\(name)' is in the room.")
+        }
+        kick(m, from: room)
+        return ["member": m.json]
+    }
+
+    func kick(_ m: LocalSFURoomMember, from room: Room) {
+        let channel = m.channel
+        removeMember(m, from: room, reason: "kicked")
+        flushOutbox()
+        if let channel, !rooms.contains(where: { $0.members.contains { $0.channel?.id == channel.id } }) {
+            channel.close(4000, "kicked: an operator removed this member")
+        }
+    }
+
+    public func adminPublications(_ roomId: String) throws(RoomError) -> JSONValue {
+        ["publications": .array(try adminRoom(roomId).publications.map(\.json))]
+    }
+
+    public func adminUnpublish(_ roomId: String, _ publicationId: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let pub = room.publication(publicationId) else { throw RoomError.publicationNotFound(publicationId) }
+        unpublish(pub, in: room)
+        flushOutbox()
+        return [:]
+    }
+
+    public func adminSetPublicationEnabled(_ roomId: String, _ publicationId: String, enabled: Bool) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let pub = room.publication(publicationId) else { throw RoomError.publicationNotFound(publicationId) }
+        setEnabled(pub, enabled, in: room)
+        flushOutbox()
+        return ["publication": pub.json]
+    }
+
+    public func adminSubscriptions(_ roomId: String) throws(RoomError) -> JSONValue {
+        ["subscriptions": .array(try adminRoom(roomId).subscriptions.map(\.json))]
+    }
+
+    /// Ends a subscription; the subscriber gets `publicationUnsubscribed` and a new offer.
+    public func adminCancelSubscription(_ roomId: String, _ subscriptionId: String) throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        guard let sub = room.subscription(subscriptionId) else { throw RoomError.subscriptionNotFound(subscriptionId) }
+        endSubscription(sub, in: room, offerToSubscriber: true)
+        flushOutbox()
+        return [:]
+    }
+
+    /// Packets and bytes in (from publishers) and out (to subscribers) of the room's streams.
+    public func adminRoomStats(_ roomId: String) async throws(RoomError) -> JSONValue {
+        let room = try adminRoom(roomId)
+        let producers = room.publications.compactMap(\.producer)
+        let consumers = room.subscriptions.compactMap(\.consumer)
+        let worker = workers[room.worker]
+        let totals = try? await worker.perform { core -> [UInt64] in
+            var t: [UInt64] = [0, 0, 0, 0]
+            for p in producers { if let s = core.producerStats(p) { t[0] &+= s.packetsReceived; t[1] &+= s.bytesReceived } }
+            for c in consumers { if let s = core.consumerStats(c) { t[2] &+= s.packetsSent; t[3] &+= s.bytesSent } }
+            return t
+        }
+        let t = totals ?? [0, 0, 0, 0]
+        return ["roomId": .string(room.id), "members": .int(room.members.count),
+                "publications": .int(room.publications.count), "subscriptions": .int(room.subscriptions.count),
+                "packetsIn": .int(Int(clamping: t[0])), "bytesIn": .int(Int(clamping: t[1])),
+                "packetsOut": .int(Int(clamping: t[2])), "bytesOut": .int(Int(clamping: t[3]))]
+    }
+
+    func adminRoom(_ id: String) throws(RoomError) -> Room {
+        guard let r = rooms.first(where: { $0.id == id }) else { throw RoomError.roomNotFound("with id '\(id)'") }
+        return r
+    }
+
+    func adminMemberJSON(_ m: LocalSFURoomMember) -> JSONValue {
+        var o = m.json.objectValue ?? [:]
+        o["connected"] = .bool(m.channel != nil)
+        o["keepaliveIntervalSec"] = .int(m.keepaliveIntervalSec)
+        o["keepaliveIntervalGapSec"] = .int(m.keepaliveIntervalGapSec)
+        return .object(o)
+    }
+}

@@ -1,0 +1,143 @@
+internal import Hummingbird
+internal import MinatoRooms
+internal import Foundation
+
+/// The REST admin API under `/v1` (docs/openapi.yaml). Every response is JSON; errors are
+/// `{"error":{"name","detail"}}` with the protocol's error names and HTTP statuses.
+/// Access: `Authorization: Bearer <admin.apiSecret>` or a client token whose scope has
+/// `admin: true`. With neither secret configured the API is open only on a loopback listener.
+struct AdminAPI: Sendable {
+    let rooms: RoomService
+    let apiSecret: String
+    let authority: TokenAuthority?
+    let openWithoutSecret: Bool
+    let openAPIDocument: String?
+
+    func register(on router: Router<BasicRequestContext>) {
+        if let doc = openAPIDocument {
+            router.get("/v1/openapi.yaml") { _, _ in
+                Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: doc)))
+            }
+        }
+        let v1 = router.group("/v1")
+        v1.get("/rooms") { r, _ in try await guarded(r) { await rooms.adminListRooms() } }
+        v1.post("/rooms") { r, c in
+            try await guarded(r, status: .created) {
+                let body = try await jsonBody(r, c)
+                return try await rooms.adminCreateRoom(name: try string(body, "name"), metadata: try string(body, "metadata"),
+                                                       password: try string(body, "password"))
+            }
+        }
+        v1.get("/rooms/:roomId") { r, c in try await guarded(r) { try await rooms.adminGetRoom(try param(c, "roomId")) } }
+        v1.patch("/rooms/:roomId") { r, c in
+            try await guarded(r) {
+                let body = try await jsonBody(r, c)
+                guard let metadata = try string(body, "metadata") else { throw RoomError.invalidParameter("The body needs \"metadata\" (a string).") }
+                return try await rooms.adminUpdateRoomMetadata(try param(c, "roomId"), metadata: metadata)
+            }
+        }
+        v1.delete("/rooms/:roomId") { r, c in try await guarded(r) { try await rooms.adminCloseRoom(try param(c, "roomId")) } }
+        v1.get("/rooms/:roomId/stats") { r, c in try await guarded(r) { try await rooms.adminRoomStats(try param(c, "roomId")) } }
+        v1.get("/rooms/:roomId/members") { r, c in try await guarded(r) { try await rooms.adminMembers(try param(c, "roomId")) } }
+        v1.post("/rooms/:roomId/members/evict") { r, c in
+            try await guarded(r) {
+                let body = try await jsonBody(r, c)
+                guard let name = try string(body, "name") else { throw RoomError.invalidParameter("The body needs \"name\" (a string).") }
+                return try await rooms.adminEvict(try param(c, "roomId"), name: name)
+            }
+        }
+        v1.get("/rooms/:roomId/members/:memberId") { r, c in
+            try await guarded(r) { try await rooms.adminMember(try param(c, "roomId"), try param(c, "memberId")) }
+        }
+        v1.delete("/rooms/:roomId/members/:memberId") { r, c in
+            try await guarded(r) { try await rooms.adminKick(try param(c, "roomId"), try param(c, "memberId")) }
+        }
+        v1.get("/rooms/:roomId/publications") { r, c in try await guarded(r) { try await rooms.adminPublications(try param(c, "roomId")) } }
+        v1.delete("/rooms/:roomId/publications/:publicationId") { r, c in
+            try await guarded(r) { try await rooms.adminUnpublish(try param(c, "roomId"), try param(c, "publicationId")) }
+        }
+        for (path, enabled) in [("enable", true), ("disable", false)] {
+            v1.post("/rooms/:roomId/publications/:publicationId/\(path)") { r, c in
+                try await guarded(r) {
+                    try await rooms.adminSetPublicationEnabled(try param(c, "roomId"), try param(c, "publicationId"), enabled: enabled)
+                }
+            }
+        }
+        v1.get("/rooms/:roomId/subscriptions") { r, c in try await guarded(r) { try await rooms.adminSubscriptions(try param(c, "roomId")) } }
+        v1.delete("/rooms/:roomId/subscriptions/:subscriptionId") { r, c in
+            try await guarded(r) { try await rooms.adminCancelSubscription(try param(c, "roomId"), try param(c, "subscriptionId")) }
+        }
+    }
+
+    /// Checks admin access, runs `body`, and turns its result or `RoomError` into JSON.
+    func guarded(_ request: Request, status: HTTPResponse.Status = .ok,
+                 _ body: () async throws -> JSONValue) async throws -> Response {
+        if let denied = await checkAccess(request) { return Self.error(denied) }
+        do {
+            return Self.json(try await body(), status: status)
+        } catch let e as RoomError {
+            return Self.error(e)
+        }
+    }
+
+    func checkAccess(_ request: Request) async -> RoomError? {
+        let header = request.headers[.authorization] ?? ""
+        let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil
+        if apiSecret.isEmpty && authority == nil {
+            return openWithoutSecret ? nil : .invalidAuthToken(
+                "The admin API is closed: set admin.apiSecret (or auth.secret and use an admin token) to use it on a non-loopback address.")
+        }
+        guard let bearer, !bearer.isEmpty else {
+            return .invalidAuthToken("The admin API needs 'Authorization: Bearer <admin.apiSecret or an admin token>'.")
+        }
+        if !apiSecret.isEmpty && constantTimeEquals(bearer, apiSecret) { return nil }
+        if let authority, bearer.split(separator: ".").count == 3 {
+            switch await authority.verify(bearer) {
+            case .success(let grant):
+                return grant.admin ? nil : .insufficientPermissions("This token's scope has no admin:true; it cannot use the admin API.")
+            case .failure(let e): return e
+            }
+        }
+        return .invalidAuthToken("The bearer credential is neither the admin API secret nor a valid token.")
+    }
+
+    static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "application/json"],
+                 body: .init(byteBuffer: ByteBuffer(string: value.serialized())))
+    }
+
+    static func error(_ e: RoomError) -> Response {
+        let code = (400...599).contains(e.code) ? e.code : 400
+        return json(["error": ["name": .string(e.name), "detail": .string(e.detail)]], status: .init(code: code))
+    }
+}
+
+private func param(_ context: BasicRequestContext, _ name: String) throws -> String {
+    guard let v = context.parameters.get(name) else { throw RoomError.invalidParameter("The path lacks {\(name)}.") }
+    return v
+}
+
+private func jsonBody(_ request: Request, _ context: BasicRequestContext) async throws -> [String: JSONValue] {
+    let buffer: ByteBuffer
+    do { buffer = try await request.body.collect(upTo: 64 * 1024) } catch {
+        throw RoomError.invalidParameter("The request body is larger than 64 KiB.")
+    }
+    if buffer.readableBytes == 0 { return [:] }
+    guard let value = try? JSONValue.parse(String(buffer: buffer)), case .object(let o) = value else {
+        throw RoomError.invalidParameter("The request body must be a JSON object.")
+    }
+    return o
+}
+
+private func string(_ body: [String: JSONValue], _ key: String) throws -> String? {
+    guard let v = body[key] else { return nil }
+    guard let s = v.stringValue else { throw RoomError.invalidParameter("\"\(key)\" must be a string.") }
+    return s
+}
+
+func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+    let x = Array(a.utf8), y = Array(b.utf8)
+    var diff = UInt8(x.count == y.count ? 0 : 1)
+    for i in 0..<max(x.count, y.count) { diff |= (i < x.count ? x[i] : 0) ^ (i < y.count ? y[i] : 0) }
+    return diff == 0
+}

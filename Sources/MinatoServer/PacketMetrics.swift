@@ -1,0 +1,59 @@
+internal import MinatoTransport
+internal import Prometheus
+internal import Synchronization
+
+/// Sums of every worker's counters at one scrape.
+struct WorkerTotals {
+    var received: UInt64 = 0, forwarded: UInt64 = 0, bytesForwarded: UInt64 = 0, keyFrameRequests: UInt64 = 0
+    var transports = 0
+    var drops: [String: UInt64] = [:]
+    mutating func add(_ c: WorkerCounters) {
+        received &+= c.rtpPacketsReceived; forwarded &+= c.rtpPacketsForwarded
+        bytesForwarded &+= c.rtpBytesForwarded; keyFrameRequests &+= c.keyFrameRequestsSent
+        transports += c.transports
+        for (k, v) in c.drops { drops[k, default: 0] &+= v }
+    }
+}
+
+/// The packet-path counters in the Prometheus registry. The workers count on their own
+/// threads (no metrics call per packet); each scrape adds what grew since the last one.
+final class PacketMetrics: Sendable {
+    let received, forwarded, bytesForwarded, keyFrameRequests: Counter
+    let transports, rooms, members, publications, subscriptions: Gauge
+    let registry: PrometheusCollectorRegistry
+    private let last = Mutex<WorkerTotals>(WorkerTotals())
+
+    init(registry: PrometheusCollectorRegistry) {
+        self.registry = registry
+        received = registry.makeCounter(name: "minato_rtp_packets_received_total", help: "RTP packets received from publishers.")
+        forwarded = registry.makeCounter(name: "minato_rtp_packets_forwarded_total", help: "RTP packets sent to subscribers.")
+        bytesForwarded = registry.makeCounter(name: "minato_rtp_bytes_forwarded_total", help: "RTP bytes (clear) sent to subscribers.")
+        keyFrameRequests = registry.makeCounter(name: "minato_keyframe_requests_total", help: "PLI/FIR sent to publishers.")
+        transports = registry.makeGauge(name: "minato_transports", help: "WebRTC transports open.")
+        rooms = registry.makeGauge(name: "minato_rooms", help: "Rooms open.")
+        members = registry.makeGauge(name: "minato_members", help: "Members joined.")
+        publications = registry.makeGauge(name: "minato_publications", help: "Publications.")
+        subscriptions = registry.makeGauge(name: "minato_subscriptions", help: "Subscriptions.")
+    }
+
+    func update(_ now: WorkerTotals, rooms counts: (rooms: Int, members: Int, publications: Int, subscriptions: Int)) {
+        last.withLock { last in
+            func grow(_ c: Counter, _ new: UInt64, _ old: UInt64) { if new > old { c.increment(by: Int64(clamping: new - old)) } }
+            grow(received, now.received, last.received)
+            grow(forwarded, now.forwarded, last.forwarded)
+            grow(bytesForwarded, now.bytesForwarded, last.bytesForwarded)
+            grow(keyFrameRequests, now.keyFrameRequests, last.keyFrameRequests)
+            for (reason, n) in now.drops {
+                let c = registry.makeCounter(name: "minato_packets_dropped_total", labels: [("reason", reason)],
+                                             help: "Received packets not forwarded, by reason.")
+                grow(c, n, last.drops[reason] ?? 0)
+            }
+            last = now
+        }
+        transports.set(Int64(now.transports))
+        rooms.set(Int64(counts.rooms))
+        members.set(Int64(counts.members))
+        publications.set(Int64(counts.publications))
+        subscriptions.set(Int64(counts.subscriptions))
+    }
+}
