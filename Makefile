@@ -1,7 +1,9 @@
 # The two commands (README): `make run` and `make test`. Both install what is missing first.
 SWIFT ?= swift
 
-.PHONY: run test deps build unit interop clean
+FUZZ_SECONDS ?= 600
+
+.PHONY: run test deps build unit interop sanitize fuzz ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -27,5 +29,19 @@ interop: build
 	bash scripts/interop-setup.sh
 	bash scripts/interop.sh
 
+## The wire and engine unit tests under AddressSanitizer and ThreadSanitizer (the sanitize/
+## package builds only those targets, so the server's dependencies are not instrumented).
+sanitize: deps
+	cd sanitize && LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan
+	cd sanitize && $(SWIFT) test --sanitize=thread --scratch-path .build-tsan
+
+## Every libFuzzer target for FUZZ_SECONDS each (default 600), in a loopback-only namespace.
+fuzz: deps
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+## What CI runs: the README's test command, then the sanitizers and 60 s of each fuzzer.
+ci: test sanitize
+	$(MAKE) fuzz FUZZ_SECONDS=60
+
 clean:
-	rm -rf .build artifacts
+	rm -rf .build sanitize/.build-asan sanitize/.build-tsan fuzz/.build artifacts

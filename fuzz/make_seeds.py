@@ -1,0 +1,123 @@
+"""Writes the seed corpora in fuzz/corpus/ (committed). RTP/RTCP seeds are serialized by aiortc's
+own packet classes (an independent implementation), SDP seeds are the captured offers in
+Tests/MinatoWireTests/Fixtures, JSON-RPC seeds are request chains of every method.
+Run: .venv-interop/bin/python fuzz/make_seeds.py"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from aiortc import rtp
+from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+OUT = HERE / "corpus"
+
+
+def put(target: str, data: bytes) -> None:
+    d = OUT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+
+
+def rtp_seeds() -> list[bytes]:
+    params = RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=1, uri="urn:ietf:params:rtp-hdrext:sdes:mid"),
+        RTCRtpHeaderExtensionParameters(id=2, uri="http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"),
+        RTCRtpHeaderExtensionParameters(id=3, uri="urn:ietf:params:rtp-hdrext:ssrc-audio-level"),
+    ])
+    ext_map = rtp.HeaderExtensionsMap()
+    ext_map.configure(params)
+    out = []
+    for pt, payload, marker in [(96, b"\x10\x00\x9d\x01\x2a" + bytes(40), 1),    # VP8 keyframe start
+                                (96, b"\x90\x80\x05\x01" + bytes(30), 0),         # VP8 with picture id
+                                (102, b"\x7c\x85" + bytes(30), 0),                # H264 FU-A IDR start
+                                (102, b"\x18\x00\x05\x67\x42\x00\x1f\x00" + bytes(8), 0),  # STAP-A SPS
+                                (98, b"\x8a" + bytes(20), 1),                     # VP9
+                                (111, b"\xfc\xff\xfe" + bytes(60), 0)]:           # Opus
+        p = rtp.RtpPacket(payload_type=pt, marker=marker, sequence_number=65530, timestamp=123456, ssrc=0x11223344)
+        p.extensions.mid = "0"
+        p.extensions.abs_send_time = 0x123456
+        if pt == 111:
+            p.extensions.audio_level = (True, 30)
+        p.payload = payload
+        out.append(p.serialize(ext_map))
+        bare = rtp.RtpPacket(payload_type=pt, sequence_number=1, timestamp=2, ssrc=3)
+        bare.payload = payload
+        bare.csrc = [7, 8]
+        out.append(bare.serialize())
+    return out
+
+
+def rtcp_seeds() -> list[bytes]:
+    rb = rtp.RtcpReceiverInfo(ssrc=0x11223344, fraction_lost=3, packets_lost=10, highest_sequence=70000,
+                              jitter=20, lsr=0x12345678, dlsr=100)
+    sr = rtp.RtcpSrPacket(ssrc=1, sender_info=rtp.RtcpSenderInfo(ntp_timestamp=0x1234567890ABCDEF, rtp_timestamp=99,
+                                                                  packet_count=5, octet_count=500), reports=[rb])
+    rr = rtp.RtcpRrPacket(ssrc=2, reports=[rb, rb])
+    sdes = rtp.RtcpSdesPacket(chunks=[rtp.RtcpSourceInfo(ssrc=1, items=[(1, b"cname-abc")])])
+    bye = rtp.RtcpByePacket(sources=[1, 2])
+    pli = rtp.RtcpPsfbPacket(fmt=rtp.RTCP_PSFB_PLI, ssrc=2, media_ssrc=1)
+    fir = rtp.RtcpPsfbPacket(fmt=4, ssrc=2, media_ssrc=0, fci=b"\x00\x00\x00\x01\x05\x00\x00\x00")
+    remb = rtp.RtcpPsfbPacket(fmt=rtp.RTCP_PSFB_APP, ssrc=2, media_ssrc=0, fci=rtp.pack_remb_fci(750000, [1, 5]))
+    nack = rtp.RtcpRtpfbPacket(fmt=rtp.RTCP_RTPFB_NACK, ssrc=2, media_ssrc=1, lost=[10, 12, 30, 500])
+    twcc = bytes.fromhex("8fcd0005" "00000002" "00000001" "0001000a" "00001201" "20050000")
+    single = [bytes(p) for p in (sr, rr, sdes, bye, pli, fir, remb, nack)] + [twcc]
+    return single + [single[0] + single[2], single[1] + single[4] + single[7], b"".join(single)]
+
+
+def jsonrpc_seeds() -> list[bytes]:
+    def req(i: int, method: str, params: dict) -> str:
+        return json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params})
+    sdp = (REPO / "Tests/MinatoWireTests/Fixtures/aiortc-offer-audio-video.sdp").read_text()
+    chains = [
+        [req(1, "createRoom", {"name": "r1", "metadata": "m", "password": "pw"}),
+         req(2, "join", {"roomId": "$room", "name": "alice", "password": "pw"}),
+         req(3, "updateMemberMetadata", {"memberId": "$member", "metadata": "x"}),
+         req(4, "keepalive", {"memberId": "$member"}),
+         req(5, "publish", {"memberId": "$member", "contentType": "audio", "mid": "0", "offer": {"type": "offer", "sdp": sdp}}),
+         req(6, "negotiate", {"memberId": "$member", "offer": {"type": "offer", "sdp": sdp}}),
+         req(7, "getRoom", {"roomId": "$room"}),
+         req(8, "leave", {"memberId": "$member"})],
+        [req(1, "findOrCreateRoom", {"name": "r2"}), req(2, "listRooms", {}),
+         req(3, "findRoom", {"name": "r2"}), req(4, "subscribeRoomEvents", {"roomId": "$room", "offset": 0}),
+         req(5, "updateRoomMetadata", {"roomId": "$room", "metadata": "y"}),
+         req(6, "join", {"roomId": "$room", "name": "bob", "keepaliveIntervalSec": 5, "replace": True}),
+         req(7, "subscribe", {"memberId": "$member", "publicationId": "nope"}),
+         req(8, "unsubscribe", {"subscriptionId": "nope"}),
+         req(9, "unpublish", {"publicationId": "nope"}),
+         req(10, "enablePublication", {"publicationId": "nope"}),
+         req(11, "disablePublication", {"publicationId": "nope"}),
+         req(12, "updatePublicationMetadata", {"publicationId": "nope", "metadata": ""}),
+         req(13, "answer", {"memberId": "$member", "answer": {"type": "answer", "sdp": "v=0"}}),
+         req(14, "iceCandidate", {"memberId": "$member", "direction": "send",
+                                  "candidate": {"candidate": "candidate:1 1 udp 1 127.0.0.1 5000 typ host", "sdpMid": "0", "sdpMLineIndex": 0}}),
+         req(15, "changePreferredEncoding", {"subscriptionId": "nope", "preferredEncodingId": "h"}),
+         req(16, "closeRoom", {"roomId": "$room"})],
+        ['{"jsonrpc":"2.0","id":1,"method":"getRoom",', '[1,2]', '{"jsonrpc":"2.0","id":{},"method":"x"}',
+         '{"jsonrpc":"2.0","id":"s","method":"nope","params":[]}'],
+    ]
+    return ["\n".join(c).encode() for c in chains]
+
+
+def main() -> None:
+    for data in rtp_seeds():
+        put("FuzzRtp", data)
+        put("FuzzDemux", data)
+        put("FuzzRouter", bytes([5, 0x80, 5, 0x01, 0, len(data)]) + data + bytes([2, 50, 3, 1, 3, 1, 5, 0x81]))
+    for data in rtcp_seeds():
+        put("FuzzRtcp", data)
+        put("FuzzDemux", data)
+        put("FuzzRouter", bytes([5, 0x80, 1, 1, min(len(data), 255)]) + data[:255] + bytes([2, 200]))
+    for f in sorted((REPO / "Tests/MinatoWireTests/Fixtures").glob("*.sdp")):
+        put("FuzzSdp", f.read_bytes())
+    for data in jsonrpc_seeds():
+        put("FuzzJsonRpc", data)
+    put("FuzzDemux", b"\x00\x01\x00\x00\x21\x12\xa4\x42" + bytes(12))   # STUN binding request header
+    put("FuzzDemux", b"\x16\xfe\xfd" + bytes(10))                        # DTLS 1.2 handshake record
+
+
+if __name__ == "__main__":
+    main()
