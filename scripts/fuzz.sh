@@ -13,11 +13,17 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(FuzzRtp FuzzRtcp FuzzSdp FuzzDemux FuzzRouter FuzzJsonRpc)
 cd "$ROOT/fuzz"
 bash "$ROOT/scripts/install-deps.sh"
+mkdir -p "$ROOT/artifacts/fuzz"
 FLAGS=(-c debug -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library -Xswiftc -g)
 echo "fuzz: building ${TARGETS[*]}" >&2
-for t in "${TARGETS[@]}"; do swift build "${FLAGS[@]}" --product "$t" 2>&1 | grep -E "error|warning: unre|Compiling Fuzz|complete!" || true; done
+for t in "${TARGETS[@]}"; do
+    if ! swift build "${FLAGS[@]}" --product "$t" >"$ROOT/artifacts/fuzz-build-$t.log" 2>&1; then
+        grep -E "error" "$ROOT/artifacts/fuzz-build-$t.log" | head -n 20 >&2
+        echo "fuzz: building $t failed (artifacts/fuzz-build-$t.log)" >&2
+        exit 1
+    fi
+done
 BIN="$(swift build "${FLAGS[@]}" --show-bin-path)"
-mkdir -p "$ROOT/artifacts/fuzz"
 status=0
 printf '%-12s %10s %8s %8s %6s %s\n' target execs exec/s cov ft result >&2
 for t in "${TARGETS[@]}"; do

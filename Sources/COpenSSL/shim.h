@@ -5,3 +5,4 @@
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 #include <openssl/rand.h>
+#include <openssl/pem.h>

@@ -27,7 +27,9 @@ public final class MinatoServer: Sendable {
     public init(configuration: ServerConfiguration, logger: Logger, registry: PrometheusCollectorRegistry) async throws {
         self.configuration = configuration
         self.logger = logger
-        let runtime = try CryptoRuntime()
+        let runtime = try CryptoRuntime(
+            certificateFile: configuration.dtlsCertificateFile.isEmpty ? nil : configuration.dtlsCertificateFile,
+            privateKeyFile: configuration.dtlsPrivateKeyFile.isEmpty ? nil : configuration.dtlsPrivateKeyFile)
         self.runtime = runtime
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in

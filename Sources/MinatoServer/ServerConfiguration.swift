@@ -26,6 +26,10 @@ public struct ServerConfiguration: Sendable {
     /// `media.transportTimeoutSec`: a connected transport that receives nothing for this long
     /// is closed and its member removed with reason `transportClosed` (0 = never).
     public var transportTimeoutSec = 10
+    /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
+    /// key for DTLS; both empty = a fresh ECDSA P-256 certificate made at start.
+    public var dtlsCertificateFile = ""
+    public var dtlsPrivateKeyFile = ""
     /// `rooms.*`.
     public var rooms = RoomConfiguration()
     /// `auth.secret`: the HS256 secret client tokens are signed with; empty = auth off.
@@ -103,6 +107,9 @@ public struct ServerConfiguration: Sendable {
         }
         guard !ice.localAddresses.isEmpty else {
             throw ConfigurationError(message: "media.ice.localAddresses must name at least one address")
+        }
+        guard dtlsCertificateFile.isEmpty == dtlsPrivateKeyFile.isEmpty else {
+            throw ConfigurationError(message: "media.dtls.certificateFile and media.dtls.privateKeyFile must be set together")
         }
         guard rooms.defaultMaxSubscribers <= rooms.maxSubscribersCap else {
             throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
@@ -185,6 +192,8 @@ struct ConfigKey: Sendable {
         .int("media.ice.portMax", 1024...65535) { $0.ice.portMax = UInt32($1) },
         .bool("media.ice.lite") { $0.ice.lite = $1 },
         .int("media.transportTimeoutSec", 0...3600) { $0.transportTimeoutSec = $1 },
+        ConfigKey(path: "media.dtls.certificateFile") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsCertificateFile = v },
+        ConfigKey(path: "media.dtls.privateKeyFile") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsPrivateKeyFile = v },
         .int("rooms.maxMembersPerRoom", 1...10_000) { $0.rooms.maxMembersPerRoom = $1 },
         .int("rooms.maxPublicationsPerMember", 1...64) { $0.rooms.maxPublicationsPerMember = $1 },
         .int("rooms.maxSubscriptionsPerMember", 1...1024) { $0.rooms.maxSubscriptionsPerMember = $1 },

@@ -25,22 +25,17 @@ public final class CryptoRuntime: @unchecked Sendable {
         }
     }
 
-    public init() throws {
+    /// Makes the DTLS identity: the certificate and key in the given PEM files, or (both nil)
+    /// a fresh ECDSA P-256 self-signed certificate valid for a year.
+    public init(certificateFile: String? = nil, privateKeyFile: String? = nil) throws {
         let status = srtp_init()
         guard status == srtp_err_status_ok else { throw Failure.srtp(Int32(status.rawValue)) }
-        guard let key = minato_ec_p256_key() else { throw Failure.openssl("EC P-256 key generation") }
-        guard let cert = X509_new() else { throw Failure.openssl("X509_new") }
-        X509_set_version(cert, 2)
-        var serial: UInt64 = 0
-        withUnsafeMutableBytes(of: &serial) { _ = RAND_bytes($0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8) }
-        ASN1_INTEGER_set_uint64(X509_get_serialNumber(cert), serial >> 1)
-        X509_gmtime_adj(X509_getm_notBefore(cert), -86_400)
-        X509_gmtime_adj(X509_getm_notAfter(cert), 86_400 * 365)
-        X509_set_pubkey(cert, key)
-        let name = X509_get_subject_name(cert)
-        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, "minato", -1, -1, 0)
-        X509_set_issuer_name(cert, name)
-        guard X509_sign(cert, key, EVP_sha256()) > 0 else { throw Failure.openssl("X509_sign") }
+        let cert: OpaquePointer, key: OpaquePointer
+        if let certificateFile, let privateKeyFile {
+            (cert, key) = try Self.load(certificateFile: certificateFile, privateKeyFile: privateKeyFile)
+        } else {
+            (cert, key) = try Self.generate()
+        }
         guard let ctx = SSL_CTX_new(DTLS_method()) else { throw Failure.openssl("SSL_CTX_new") }
         guard minato_ssl_ctx_dtls12(ctx) == 1,
               SSL_CTX_use_certificate(ctx, cert) == 1,
@@ -66,6 +61,47 @@ public final class CryptoRuntime: @unchecked Sendable {
         self.privateKey = key
         self.bioMethod = method
         self.fingerprint = "sha-256 " + (Self.digest(of: cert, algorithm: "sha-256") ?? "")
+    }
+
+    static func generate() throws -> (OpaquePointer, OpaquePointer) {
+        guard let key = minato_ec_p256_key() else { throw Failure.openssl("EC P-256 key generation") }
+        guard let cert = X509_new() else { throw Failure.openssl("X509_new") }
+        X509_set_version(cert, 2)
+        var serial: UInt64 = 0
+        withUnsafeMutableBytes(of: &serial) { _ = RAND_bytes($0.baseAddress!.assumingMemoryBound(to: UInt8.self), 8) }
+        ASN1_INTEGER_set_uint64(X509_get_serialNumber(cert), serial >> 1)
+        X509_gmtime_adj(X509_getm_notBefore(cert), -86_400)
+        X509_gmtime_adj(X509_getm_notAfter(cert), 86_400 * 365)
+        X509_set_pubkey(cert, key)
+        let name = X509_get_subject_name(cert)
+        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, "minato", -1, -1, 0)
+        X509_set_issuer_name(cert, name)
+        guard X509_sign(cert, key, EVP_sha256()) > 0 else { throw Failure.openssl("X509_sign") }
+        return (cert, key)
+    }
+
+    static func load(certificateFile: String, privateKeyFile: String) throws -> (OpaquePointer, OpaquePointer) {
+        guard let certBio = BIO_new_file(certificateFile, "r") else {
+            throw Failure.openssl("cannot open the DTLS certificate file '\(certificateFile)'")
+        }
+        defer { BIO_free(certBio) }
+        guard let cert = PEM_read_bio_X509(certBio, nil, nil, nil) else {
+            throw Failure.openssl("'\(certificateFile)' holds no PEM certificate")
+        }
+        guard let keyBio = BIO_new_file(privateKeyFile, "r") else {
+            X509_free(cert)
+            throw Failure.openssl("cannot open the DTLS private key file '\(privateKeyFile)'")
+        }
+        defer { BIO_free(keyBio) }
+        guard let key = PEM_read_bio_PrivateKey(keyBio, nil, nil, nil) else {
+            X509_free(cert)
+            throw Failure.openssl("'\(privateKeyFile)' holds no (unencrypted) PEM private key")
+        }
+        guard X509_check_private_key(cert, key) == 1 else {
+            X509_free(cert); EVP_PKEY_free(key)
+            throw Failure.openssl("the DTLS private key does not match the certificate")
+        }
+        return (cert, key)
     }
 
     deinit {

@@ -63,7 +63,11 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "minato")
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        let server = try await MinatoServer(configuration: config, logger: logger, registry: registry)
+        let server: MinatoServer
+        do { server = try await MinatoServer(configuration: config, logger: logger, registry: registry) } catch {
+            FileHandle.standardError.write(Data("minato: cannot start: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
         try await server.run()
     }
 }
@@ -89,6 +93,7 @@ struct CheckConfig: AsyncParsableCommand {
             media.ice.portMax: \(c.ice.portMax)
             media.ice.lite: \(c.ice.lite)
             media.transportTimeoutSec: \(c.transportTimeoutSec)
+            media.dtls.certificateFile: \(c.dtlsCertificateFile.isEmpty ? "(generated at start)" : c.dtlsCertificateFile)
             rooms.maxMembersPerRoom: \(c.rooms.maxMembersPerRoom)
             rooms.maxPublicationsPerMember: \(c.rooms.maxPublicationsPerMember)
             rooms.maxSubscriptionsPerMember: \(c.rooms.maxSubscriptionsPerMember)

@@ -1,17 +1,22 @@
 import MinatoWire
 
-/// SDP parse -> serialize -> parse: whatever parses must serialize to text that parses to the
-/// same description.
+/// SDP parse -> serialize -> parse: whatever parses must serialize to text that parses again,
+/// and serialization is canonical: serializing that re-parsed description gives the same text
+/// and the same description (a fixed point after one round; the first parse may accept lines
+/// out of RFC 4566 order, which serialization puts in order).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSdp(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let text = String(decoding: UnsafeRawBufferPointer(start: data, count: size), as: UTF8.self)
     guard let first = try? SessionDescription.parse(text) else { return 0 }
-    let out = first.serialize()
+    let out1 = first.serialize()
     let second: SessionDescription
-    do { second = try SessionDescription.parse(out) } catch {
-        preconditionFailure("serialized SDP does not parse again: \(error)\n\(out)")
+    do { second = try SessionDescription.parse(out1) } catch {
+        preconditionFailure("serialized SDP does not parse again: \(error)\n\(out1)")
     }
-    precondition(second == first, "parse(serialize(sdp)) differs from sdp\n\(out)")
+    let out2 = second.serialize()
+    precondition(out2 == out1, "serialize(parse(serialize(sdp))) differs from serialize(sdp)\n\(out1)\n---\n\(out2)")
+    let third = try? SessionDescription.parse(out2)
+    precondition(third == second, "parsing the canonical text twice gave different descriptions\n\(out2)")
     return 0
 }
 
