@@ -3,7 +3,7 @@ SWIFT ?= swift
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -39,9 +39,13 @@ sanitize: deps
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
+## Micro benchmarks of the packet path (release build; fails if a packet path mallocs).
+bench-micro: deps
+	cd bench && $(SWIFT) package --disable-sandbox benchmark
+
 ## What CI runs: the README's test command, then the sanitizers and 60 s of each fuzzer.
 ci: test sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=60
 
 clean:
-	rm -rf .build sanitize/.build-asan sanitize/.build-tsan fuzz/.build artifacts
+	rm -rf .build bench/.build sanitize/.build-asan sanitize/.build-tsan fuzz/.build artifacts

@@ -1,0 +1,70 @@
+import Benchmark
+import MinatoMedia
+import MinatoWire
+
+/// The packet path's cost and, above all, its allocations: every benchmark here must make
+/// 0 mallocs per packet (thresholds below; `swift package benchmark` fails when one is exceeded).
+let benchmarks: @Sendable () -> Void = {
+    let zeroMallocs: [BenchmarkMetric: BenchmarkThresholds] = [
+        .mallocCountTotal: .init(absolute: [.p0: 0, .p25: 0, .p50: 0, .p75: 0, .p90: 0, .p99: 0, .p100: 0]),
+    ]
+    Benchmark.defaultConfiguration = .init(
+        metrics: [.wallClock, .cpuTotal, .mallocCountTotal, .throughput],
+        warmupIterations: 10,
+        scalingFactor: .kilo,
+        maxDuration: .seconds(3),
+        maxIterations: 10_000,
+        thresholds: zeroMallocs)
+
+    // A 1200-byte VP8 packet with a one-byte header-extension block (abs-send-time, mid).
+    let packet: UnsafeMutableRawBufferPointer = {
+        let b = UnsafeMutableRawBufferPointer.allocate(byteCount: 1200, alignment: 16)
+        b.initializeMemory(as: UInt8.self, repeating: 0)
+        _ = RtpPacketView.writeHeader(into: b, payloadType: 96, sequenceNumber: 1, timestamp: 90_000, ssrc: 0x1111)
+        b[0] |= 0x10                                  // X bit
+        let ext: [UInt8] = [0xBE, 0xDE, 0x00, 0x02, 0x32, 0x12, 0x34, 0x56, 0x10, 0x30, 0x00, 0x00]
+        for (i, v) in ext.enumerated() { b[12 + i] = v }
+        b[24] = 0x10                                  // VP8 descriptor S=1
+        b[25] = 0x00                                  // keyframe
+        return b
+    }()
+
+    Benchmark("RTP view parse + header-extension lookup (per packet)") { benchmark in
+        var sink = 0
+        for _ in benchmark.scaledIterations {
+            guard let v = RtpPacketView(packet) else { continue }
+            sink &+= Int(v.ssrc) &+ Int(v.sequenceNumber) &+ v.payloadLength &+ (v.extensionValue(id: 3)?.count ?? 0)
+        }
+        blackHole(sink)
+    }
+
+    for fanOut in [1, 10, 50] {
+        Benchmark("Router fan-out 1->\(fanOut), 1200 B, null transport (per received packet)") { benchmark in
+            let engine = MediaEngine()
+            let publisher = engine.addTransport(router: RouterId(1), feedbackSsrc: 1)
+            let producer = try! engine.addProducer(ProducerParameters(
+                transport: publisher, kind: .video, ssrc: 0x1111, payloadType: 96, clockRate: 90_000, codec: .vp8,
+                keyFrameRequest: .pli))
+            var ids = ExtensionIdMap()
+            ids[3] = 2
+            for i in 0..<fanOut {
+                let t = engine.addTransport(router: RouterId(1), feedbackSsrc: UInt32(100 + i))
+                _ = try! engine.addConsumer(ConsumerParameters(producer: producer, transport: t, ssrc: UInt32(0x2000 + i),
+                                                               payloadType: 100, extensionIds: ids), now: 1)
+            }
+            engine.clearTransmits()
+            var now: UInt64 = 1_000_000_000
+            var seq: UInt16 = 1
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations {
+                seq &+= 1
+                now &+= 1_000
+                packet.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
+                engine.handleRtp(from: publisher, packet: packet, now: now)
+                blackHole(engine.transmitCount)
+                engine.clearTransmits()
+            }
+            benchmark.stopMeasurement()
+        }
+    }
+}
