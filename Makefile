@@ -41,7 +41,7 @@ fuzz: deps
 
 ## Micro benchmarks of the packet path (release build; fails if a packet path mallocs).
 bench-micro: deps
-	cd bench && $(SWIFT) package --disable-sandbox benchmark
+	bash scripts/bench-micro.sh
 
 ## What CI runs: the README's test command, then the sanitizers and 60 s of each fuzzer.
 ci: test sanitize
