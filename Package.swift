@@ -16,6 +16,8 @@ let package = Package(
         .library(name: "MinatoTransport", targets: ["MinatoTransport"]),
         .library(name: "MinatoRooms", targets: ["MinatoRooms"]),
         .library(name: "MinatoServer", targets: ["MinatoServer"]),
+        .library(name: "MinatoClient", targets: ["MinatoClient"]),
+        .executable(name: "minato-client", targets: ["minato-client"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0"),
@@ -64,6 +66,18 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "Prometheus", package: "swift-prometheus")],
             resources: [.copy("Resources/web"), .copy("Resources/openapi.yaml")],
+            swiftSettings: strict),
+        // Client SDK: SkyWay iOS names over PROTOCOL.md, client-side ICE/DTLS/SRTP (bots, load).
+        .target(
+            name: "MinatoClient",
+            dependencies: ["MinatoWire", "MinatoTransport",
+                           .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        // A command-line bot on the client SDK (also what the SDK's interop tests drive).
+        .executableTarget(
+            name: "minato-client",
+            dependencies: ["MinatoClient", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .executableTarget(
             name: "minato",

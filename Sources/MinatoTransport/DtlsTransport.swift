@@ -17,8 +17,14 @@ final class DtlsTransport {
     var remoteFingerprint: (algorithm: String, value: String)?
     private let send: (UnsafeRawBufferPointer) -> Void
 
-    init(runtime: CryptoRuntime, send: @escaping (UnsafeRawBufferPointer) -> Void) throws {
+    /// `srtpProfiles` (OpenSSL names, colon separated) narrows the context's SRTP profile list
+    /// for this connection (a client that must offer one profile only).
+    init(runtime: CryptoRuntime, srtpProfiles: String? = nil, send: @escaping (UnsafeRawBufferPointer) -> Void) throws {
         guard let ssl = SSL_new(runtime.context) else { throw CryptoRuntime.Failure.openssl("SSL_new") }
+        if let srtpProfiles, SSL_set_tlsext_use_srtp(ssl, srtpProfiles) != 0 {
+            SSL_free(ssl)
+            throw CryptoRuntime.Failure.openssl("unknown SRTP profile list '\(srtpProfiles)'")
+        }
         guard let rbio = BIO_new(BIO_s_mem()), let wbio = BIO_new(runtime.bioMethod) else {
             SSL_free(ssl)
             throw CryptoRuntime.Failure.openssl("BIO_new")

@@ -36,9 +36,16 @@ final class IceAgent {
     private(set) var localPwd = ""
     private var signalHandlers: [UInt] = []
 
-    /// `owner` receives datagrams and state changes (an unretained pointer: the owner outlives us).
-    init(context: OpaquePointer, configuration: IceConfiguration, owner: UnsafeMutableRawPointer) throws {
-        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, configuration.lite ? 0 : 1)
+    /// `owner` receives datagrams and state changes (an unretained pointer: the owner outlives us)
+    /// through `receive` and `stateChanged`, C callbacks that know the owner's type (the server's
+    /// `WebRtcTransport` by default, a client's `ClientConnection` otherwise).
+    /// `controlling` defaults to full-ICE agents controlling, lite agents controlled.
+    init(context: OpaquePointer, configuration: IceConfiguration, owner: UnsafeMutableRawPointer,
+         controlling: Bool? = nil,
+         receive: NiceAgentRecvFunc = iceReceive,
+         stateChanged: minato_component_state_cb = iceStateChanged) throws {
+        let controls = controlling ?? !configuration.lite
+        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, controls ? 1 : 0)
         else { throw Failure.create }
         self.agent = agent
         for ip in configuration.localAddresses {
@@ -53,8 +60,8 @@ final class IceAgent {
         guard stream != 0 else { g_object_unref(UnsafeMutableRawPointer(agent)); throw Failure.stream }
         streamId = stream
         nice_agent_set_port_range(agent, stream, 1, configuration.portMin, configuration.portMax)
-        nice_agent_attach_recv(agent, stream, 1, context, iceReceive, owner)
-        signalHandlers.append(UInt(minato_nice_on_component_state(agent, iceStateChanged, owner)))
+        nice_agent_attach_recv(agent, stream, 1, context, receive, owner)
+        signalHandlers.append(UInt(minato_nice_on_component_state(agent, stateChanged, owner)))
         guard nice_agent_gather_candidates(agent, stream) != 0 else {
             nice_agent_attach_recv(agent, stream, 1, context, nil, nil)
             g_object_unref(UnsafeMutableRawPointer(agent))
@@ -126,14 +133,14 @@ final class IceAgent {
     }
 }
 
-private func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ len: guint,
+func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ len: guint,
                         _ buf: UnsafeMutablePointer<gchar>?, _ owner: gpointer?) {
     guard let owner, let buf, len > 0 else { return }
     Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
         .received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)))
 }
 
-private func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
+func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
     let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
     switch state {

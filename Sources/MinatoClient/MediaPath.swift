@@ -1,0 +1,150 @@
+public import MinatoTransport
+internal import MinatoWire
+
+/// A packet a subscription received, still SRTP-encrypted, borrowed for the duration of the
+/// sink's call. Its RTP header (SSRC, sequence, timestamp, marker, payload type) is in clear.
+public struct ReceivedSrtpPacket {
+    public let buffer: UnsafeMutableRawBufferPointer
+    let connection: ClientConnection
+
+    @inline(__always) public var count: Int { buffer.count }
+    @inline(__always) public var ssrc: UInt32 { buffer.count >= 12 ? UInt32(bigEndian: buffer.loadUnaligned(fromByteOffset: 8, as: UInt32.self)) : 0 }
+    @inline(__always) public var sequenceNumber: UInt16 { buffer.count >= 12 ? UInt16(bigEndian: buffer.loadUnaligned(fromByteOffset: 2, as: UInt16.self)) : 0 }
+    @inline(__always) public var payloadType: UInt8 { buffer.count >= 2 ? buffer[1] & 0x7F : 0 }
+    @inline(__always) public var marker: Bool { buffer.count >= 2 && buffer[1] & 0x80 != 0 }
+
+    /// Decrypts in place and returns the clear RTP packet, or nil if authentication fails.
+    /// Decrypting only some packets is fine (SRTP's replay window tolerates the gaps).
+    @inline(__always)
+    public func decrypt() -> UnsafeMutableRawBufferPointer? {
+        guard let n = connection.unprotectRtp(buffer) else { return nil }
+        return UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n])
+    }
+}
+
+/// Receives a subscription's packets on the client worker's thread.
+public protocol RtpSink: AnyObject {
+    func receive(_ packet: ReceivedSrtpPacket)
+}
+
+/// Sends one source's packets on a connection: polls the source on the worker, writes the
+/// SSRC, protects in place, sends. One preallocated buffer; nothing allocates per packet.
+/// Worker-confined.
+final class OutboundStream<Source: RtpSource> {
+    let source: Source
+    let ssrc: UInt32
+    unowned let connection: ClientConnection
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var timer: UInt32?
+    var enabled = true
+    private(set) var packetsSent: UInt64 = 0
+
+    init(source: Source, ssrc: UInt32, connection: ClientConnection) {
+        self.source = source
+        self.ssrc = ssrc
+        self.connection = connection
+        buffer = .allocate(byteCount: 1500 + ClientConnection.trailerRoom, alignment: 8)
+    }
+
+    deinit { buffer.deallocate() }
+
+    func start(on core: ClientWorkerCore) {
+        guard timer == nil else { return }
+        let clearRoom = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<1500])
+        timer = core.every(milliseconds: source.pollIntervalMilliseconds) { [unowned self] in
+            guard self.enabled, self.connection.state == .connected else { return true }
+            self.source.poll(now: monotonicNow(), buffer: clearRoom) { length in
+                guard length >= 12, length <= 1500, let base = self.buffer.baseAddress else { return }
+                base.storeBytes(of: self.ssrc.bigEndian, toByteOffset: 8, as: UInt32.self)
+                if self.connection.sendRtp(base, length: length) { self.packetsSent &+= 1 }
+            }
+            return true
+        }
+    }
+
+    func stop(on core: ClientWorkerCore) {
+        if let timer { core.cancel(timer) }
+        timer = nil
+    }
+
+    /// RTCP from the server for this stream: a PLI or FIR asks the source for a key frame.
+    func feedback(_ rtcp: UnsafeRawBufferPointer) {
+        var it = RtcpIterator(rtcp)
+        while let p = it.next() {
+            if let pli = PictureLossIndication(p), pli.mediaSsrc == ssrc { source.requestKeyFrame() }
+            else if let fir = FullIntraRequest(p) {
+                for i in 0..<fir.entryCount where fir.entry(at: i)?.ssrc == ssrc { source.requestKeyFrame() }
+            }
+        }
+    }
+}
+
+/// Hands each received packet on a connection to the sink of its SSRC (linear scan: a
+/// connection carries a handful of streams). Worker-confined.
+final class InboundDemux {
+    private var ssrcs = ContiguousArray<UInt32>()
+    private var sinks = ContiguousArray<any RtpSink>()
+    /// RTCP received on this connection (clear), e.g. for a publisher's PLI handling.
+    var onRtcp: ((UnsafeRawBufferPointer) -> Void)?
+    private(set) var unmatched: UInt64 = 0
+
+    func attach(to connection: ClientConnection) {
+        connection.onPacket = { [unowned self, unowned connection] buffer, isRtcp in
+            if isRtcp {
+                guard let onRtcp = self.onRtcp, let n = connection.unprotectRtcp(buffer) else { return }
+                onRtcp(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                return
+            }
+            let packet = ReceivedSrtpPacket(buffer: buffer, connection: connection)
+            let ssrc = packet.ssrc
+            var i = 0
+            while i < self.ssrcs.count {
+                if self.ssrcs[i] == ssrc { self.sinks[i].receive(packet); return }
+                i += 1
+            }
+            self.unmatched &+= 1
+        }
+    }
+
+    func add(ssrc: UInt32, sink: any RtpSink) {
+        if let i = ssrcs.firstIndex(of: ssrc) { sinks[i] = sink } else { ssrcs.append(ssrc); sinks.append(sink) }
+    }
+
+    func remove(ssrc: UInt32) {
+        guard let i = ssrcs.firstIndex(of: ssrc) else { return }
+        ssrcs.remove(at: i)
+        sinks.remove(at: i)
+    }
+}
+
+/// A sink that decrypts every packet and yields a copy (for bots and tests; allocates per
+/// packet, so not for load). `packets` ends when the subscription ends.
+public final class PacketCollector: RtpSink, Sendable {
+    public struct Packet: Sendable {
+        public let bytes: [UInt8]
+        public var payloadType: UInt8 { bytes[1] & 0x7F }
+        public var sequenceNumber: UInt16 { UInt16(bytes[2]) << 8 | UInt16(bytes[3]) }
+        public var marker: Bool { bytes[1] & 0x80 != 0 }
+        /// The RTP payload (after the header, CSRCs and extension).
+        public var payload: ArraySlice<UInt8> {
+            var h = 12 + 4 * Int(bytes[0] & 0x0F)
+            if bytes[0] & 0x10 != 0, bytes.count >= h + 4 {
+                h += 4 + 4 * (Int(bytes[h + 2]) << 8 | Int(bytes[h + 3]))
+            }
+            return bytes[min(h, bytes.count)...]
+        }
+    }
+    public let packets: AsyncStream<Packet>
+    private let continuation: AsyncStream<Packet>.Continuation
+
+    public init(bufferingNewest limit: Int = 4096) {
+        (packets, continuation) = AsyncStream<Packet>.makeStream(bufferingPolicy: .bufferingNewest(limit))
+    }
+
+    public func receive(_ packet: ReceivedSrtpPacket) {
+        guard let clear = packet.decrypt() else { return }
+        continuation.yield(Packet(bytes: Array(clear)))
+    }
+
+    func finish() { continuation.finish() }
+}

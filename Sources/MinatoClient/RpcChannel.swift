@@ -1,0 +1,155 @@
+internal import Foundation
+internal import Synchronization
+internal import HummingbirdWSClient
+public import Logging
+
+/// A JSON-RPC error from the server (PROTOCOL.md): `name` is the stable name to switch on.
+public struct RoomError: Error, Sendable, CustomStringConvertible, Equatable {
+    public let code: Int
+    public let name: String
+    public let detail: String
+    public let method: String
+    public var description: String { "\(method): \(name) (\(code)): \(detail)" }
+}
+
+/// The client's failures that are not server errors.
+public enum ClientError: Error, Sendable, CustomStringConvertible {
+    case connectionClosed(String)
+    case badResponse(String)
+    case transport(String)
+    case timeout(String)
+    public var description: String {
+        switch self {
+        case .connectionClosed(let s): return "the signaling connection closed: \(s)"
+        case .badResponse(let s): return "the server sent a response the client cannot use: \(s)"
+        case .transport(let s): return "media transport failed: \(s)"
+        case .timeout(let s): return "timed out: \(s)"
+        }
+    }
+}
+
+/// One WebSocket to the server speaking JSON-RPC 2.0: requests with ids, and the server's
+/// notifications as an `AsyncStream`.
+final class RpcChannel: Sendable {
+    struct Notification: Sendable { let method: String; let params: JSON }
+
+    private struct State {
+        var nextId = 1
+        var pending: [Int: CheckedContinuation<JSON, any Error>] = [:]
+        var closed: String?
+    }
+    private let state = Mutex(State())
+    private let outbound: AsyncStream<String>.Continuation
+    private let notificationSink: AsyncStream<Notification>.Continuation
+    let notifications: AsyncStream<Notification>
+    private let task: Mutex<Task<Void, Never>?> = Mutex(nil)
+
+    private init(outbound: AsyncStream<String>.Continuation) {
+        self.outbound = outbound
+        (notifications, notificationSink) = AsyncStream<Notification>.makeStream()
+    }
+
+    /// Opens the WebSocket; returns once it is up (or throws why it is not).
+    static func connect(url: String, logger: Logger) async throws -> RpcChannel {
+        let (outStream, outContinuation) = AsyncStream<String>.makeStream()
+        let channel = RpcChannel(outbound: outContinuation)
+        let opened = OpenSignal()
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            opened.set(c)
+            let task = Task {
+                var reason = "closed by the server"
+                do {
+                    var config = WebSocketClientConfiguration()
+                    config.maxFrameSize = 1 << 20
+                    try await WebSocketClient.connect(url: url, configuration: config, logger: logger) { inbound, outbound, _ in
+                        opened.finish(nil)
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            group.addTask {
+                                for await text in outStream { try await outbound.write(.text(text)) }
+                                try await outbound.close(.normalClosure, reason: nil)
+                            }
+                            for try await message in inbound.messages(maxSize: 1 << 20) {
+                                if case .text(let text) = message { channel.handle(text) }
+                            }
+                            group.cancelAll()
+                        }
+                    }
+                } catch {
+                    reason = "\(error)"
+                }
+                opened.finish(ClientError.connectionClosed(reason))
+                channel.closed(reason)
+            }
+            channel.task.withLock { $0 = task }
+        }
+        return channel
+    }
+
+    /// Sends a request and waits for its result; a server error throws `RoomError`.
+    @discardableResult
+    func call(_ method: String, _ params: JSON = [:]) async throws -> JSON {
+        do { return try await send(method, params) } catch let e as RoomError {
+            throw RoomError(code: e.code, name: e.name, detail: e.detail, method: method)
+        }
+    }
+
+    private func send(_ method: String, _ params: JSON) async throws -> JSON {
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSON, any Error>) in
+            let id: Int? = state.withLock { s in
+                if s.closed != nil { return nil }
+                let id = s.nextId
+                s.nextId += 1
+                s.pending[id] = c
+                return id
+            }
+            guard let id else {
+                c.resume(throwing: ClientError.connectionClosed(state.withLock { $0.closed } ?? "closed"))
+                return
+            }
+            let request: JSON = ["jsonrpc": "2.0", "id": .number(Double(id)), "method": .string(method), "params": params]
+            outbound.yield(request.serialized())
+        }
+    }
+
+    func close() {
+        outbound.finish()
+    }
+
+    private func handle(_ text: String) {
+        guard let message = try? JSON.parse(text) else { return }
+        if let id = message["id"]?.int {
+            guard let c = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
+            if let error = message["error"] {
+                c.resume(throwing: RoomError(code: error["code"]?.int ?? 0,
+                                             name: error["data"]?["name"]?.string ?? error["message"]?.string ?? "unknown",
+                                             detail: error["data"]?["detail"]?.string ?? "",
+                                             method: "request \(id)"))
+            } else {
+                c.resume(returning: message["result"] ?? .null)
+            }
+        } else if let method = message["method"]?.string {
+            notificationSink.yield(Notification(method: method, params: message["params"] ?? [:]))
+        }
+    }
+
+    private func closed(_ reason: String) {
+        let pending = state.withLock { s -> [CheckedContinuation<JSON, any Error>] in
+            s.closed = reason
+            let all = Array(s.pending.values)
+            s.pending.removeAll()
+            return all
+        }
+        for c in pending { c.resume(throwing: ClientError.connectionClosed(reason)) }
+        notificationSink.finish()
+    }
+}
+
+/// Resumes `connect` once: when the socket opens, or with the reason it never did.
+private final class OpenSignal: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, any Error>?>(nil)
+    func set(_ c: CheckedContinuation<Void, any Error>) { continuation.withLock { $0 = c } }
+    func finish(_ error: (any Error)?) {
+        guard let c = continuation.withLock({ c -> CheckedContinuation<Void, any Error>? in defer { c = nil }; return c }) else { return }
+        if let error { c.resume(throwing: error) } else { c.resume() }
+    }
+}

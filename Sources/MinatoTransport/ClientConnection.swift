@@ -1,0 +1,204 @@
+internal import CNice
+internal import CMinatoShims
+internal import MinatoWire
+
+/// Which end of the DTLS handshake a client connection plays (from the SDP `a=setup` exchange).
+public enum DtlsRole: Sendable, Equatable {
+    case client, server
+}
+
+/// The client's own transport parameters, for the SDP it writes.
+public struct LocalTransportParameters: Sendable {
+    public let iceUfrag: String
+    public let icePwd: String
+    /// "candidate:…" values.
+    public let candidates: [String]
+    /// "sha-256 AB:…".
+    public let fingerprint: String
+}
+
+/// The client side of one WebRTC connection (what a browser's RTCPeerConnection does for one
+/// BUNDLEd, rtcp-muxed transport): a full-ICE controlling libnice agent, DTLS in the role the
+/// SDP gave, and SRTP keyed from it. Made by and confined to one `ClientWorker` thread.
+///
+/// Packets arrive still encrypted through `onPacket` (the SSRC, sequence and timestamp are in
+/// clear, so a receiver can count without decrypting) and are decrypted on demand with
+/// `unprotectRtp` / `unprotectRtcp`. Sending protects in place: leave
+/// `ClientConnection.trailerRoom` bytes of room after the packet.
+public final class ClientConnection {
+    public enum State: Equatable, Sendable { case new, connecting, connected, failed(String), closed }
+
+    /// Bytes SRTP may append to a packet (authentication tag and, for RTCP, the index).
+    public static let trailerRoom = SrtpSession.maxTrailer
+
+    public private(set) var local: LocalTransportParameters
+    public private(set) var state: State = .new
+    /// The SRTP profile DTLS negotiated, once connected.
+    public private(set) var srtpProfile: SrtpProfile?
+    /// Called on the worker thread when the state changes.
+    public var onStateChange: ((State) -> Void)?
+    /// Called on the worker thread with every SRTP (`isRtcp` false) or SRTCP datagram, still
+    /// encrypted; the buffer is borrowed for the duration of the call and may be decrypted in place.
+    public var onPacket: ((UnsafeMutableRawBufferPointer, _ isRtcp: Bool) -> Void)?
+
+    private unowned let core: ClientWorkerCore
+    private var ice: IceAgent?
+    private var dtls: DtlsTransport?
+    private var srtp: SrtpSession?
+    private var dtlsRole: DtlsRole?
+    private var iceIsConnected = false
+
+    init(core: ClientWorkerCore, srtpProfiles: String?) throws {
+        self.core = core
+        // Two-phase: C callbacks need `self`, so the agent is made after stored properties.
+        local = LocalTransportParameters(iceUfrag: "", icePwd: "", candidates: [], fingerprint: core.runtime.fingerprint)
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let ice = try IceAgent(context: core.context, configuration: core.ice, owner: me, controlling: true,
+                               receive: clientIceReceive, stateChanged: clientIceStateChanged)
+        self.ice = ice
+        dtls = try DtlsTransport(runtime: core.runtime, srtpProfiles: srtpProfiles) { [unowned self] datagram in
+            guard let base = datagram.baseAddress else { return }
+            _ = self.ice?.send(base, length: datagram.count)
+        }
+        local = LocalTransportParameters(iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
+                                         candidates: ice.localCandidates(), fingerprint: core.runtime.fingerprint)
+    }
+
+    /// Applies the remote side's ICE credentials, candidates and fingerprint; `dtlsRole` is ours.
+    public func setRemote(_ remote: RemoteTransportParameters, dtlsRole: DtlsRole) {
+        guard let ice, let dtls, self.dtlsRole == nil else { return }
+        self.dtlsRole = dtlsRole
+        dtls.remoteFingerprint = (remote.fingerprintAlgorithm, remote.fingerprint)
+        ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
+        for c in remote.candidates { ice.addRemoteCandidate(c) }
+        if remote.endOfCandidates { ice.endOfRemoteCandidates() }
+        setState(.connecting)
+        if iceIsConnected { startDtls() }
+    }
+
+    /// Adds a trickled remote candidate; nil or empty means end of candidates.
+    public func addRemoteCandidate(_ candidate: String?) {
+        guard let ice else { return }
+        if let candidate, !candidate.isEmpty { ice.addRemoteCandidate(candidate) } else { ice.endOfRemoteCandidates() }
+    }
+
+    /// Decrypts an SRTP packet in place; the clear length, or nil (not connected, auth or replay failure).
+    @inline(__always)
+    public func unprotectRtp(_ packet: UnsafeMutableRawBufferPointer) -> Int? {
+        guard let srtp, let base = packet.baseAddress else { return nil }
+        return srtp.unprotectRtp(base, length: packet.count)
+    }
+
+    @inline(__always)
+    public func unprotectRtcp(_ packet: UnsafeMutableRawBufferPointer) -> Int? {
+        guard let srtp, let base = packet.baseAddress else { return nil }
+        return srtp.unprotectRtcp(base, length: packet.count)
+    }
+
+    /// Protects a clear RTP packet of `length` bytes in place (the buffer holds at least
+    /// `length + trailerRoom` bytes) and sends it. False if not connected or nothing was sent.
+    @inline(__always)
+    @discardableResult
+    public func sendRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Bool {
+        guard let srtp, let ice, let n = srtp.protectRtp(base, length: length) else { return false }
+        return ice.send(base, length: n)
+    }
+
+    @inline(__always)
+    @discardableResult
+    public func sendRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Bool {
+        guard let srtp, let ice, let n = srtp.protectRtcp(base, length: length) else { return false }
+        return ice.send(base, length: n)
+    }
+
+    /// Closes DTLS and frees the agent; no callback fires afterwards.
+    public func close() {
+        guard state != .closed else { return }
+        dtls?.close()
+        ice?.close(context: core.context)
+        ice = nil
+        srtp = nil
+        core.forget(self)
+        setState(.closed)
+        onPacket = nil
+        onStateChange = nil
+    }
+
+    // MARK: From libnice and the worker's tick
+
+    func iceConnected() {
+        guard !iceIsConnected else { return }
+        iceIsConnected = true
+        if dtlsRole != nil { startDtls() }
+    }
+
+    func iceFailed() { fail("ICE failed: no usable candidate pair") }
+
+    @inline(__always)
+    func received(_ datagram: UnsafeMutableRawBufferPointer) {
+        switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
+        case .rtp: onPacket?(datagram, false)
+        case .rtcp: onPacket?(datagram, true)
+        case .dtls:
+            guard let dtls else { return }
+            handle(dtls.receive(UnsafeRawBufferPointer(datagram)))
+        case .stun, .unknown: break
+        }
+    }
+
+    func tick() {
+        guard let dtls, state == .connecting, let ms = dtls.timeoutMilliseconds, ms == 0 else { return }
+        handle(dtls.handleTimeout())
+    }
+
+    private func startDtls() {
+        guard let dtls, let dtlsRole else { return }
+        // A DTLS server waits for the ClientHello (DtlsTransport takes the server role on it).
+        if dtlsRole == .client { handle(dtls.start(role: .client)) }
+    }
+
+    private func handle(_ outcome: DtlsTransport.Outcome) {
+        switch outcome {
+        case .none: break
+        case .failed(let reason): fail(reason)
+        case .connected(let profile, let localKey, let remoteKey):
+            do {
+                srtp = try SrtpSession(profile: profile, localKeyAndSalt: localKey, remoteKeyAndSalt: remoteKey)
+                srtpProfile = profile
+                setState(.connected)
+            } catch {
+                fail("SRTP session could not be created")
+            }
+        }
+    }
+
+    private func fail(_ reason: String) {
+        switch state {
+        case .failed, .closed: return
+        default: setState(.failed(reason))
+        }
+    }
+
+    private func setState(_ new: State) {
+        guard new != state else { return }
+        state = new
+        onStateChange?(new)
+    }
+}
+
+private func clientIceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ len: guint,
+                              _ buf: UnsafeMutablePointer<gchar>?, _ owner: gpointer?) {
+    guard let owner, let buf, len > 0 else { return }
+    Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue()
+        .received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)))
+}
+
+private func clientIceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
+    guard let owner else { return }
+    let connection = Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue()
+    switch state {
+    case NICE_COMPONENT_STATE_CONNECTED.rawValue, NICE_COMPONENT_STATE_READY.rawValue: connection.iceConnected()
+    case NICE_COMPONENT_STATE_FAILED.rawValue: connection.iceFailed()
+    default: break
+    }
+}

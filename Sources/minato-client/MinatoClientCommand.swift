@@ -1,0 +1,155 @@
+import ArgumentParser
+import Foundation
+import MinatoClient
+
+/// `minato-client`: a bot on the Swift client SDK. Prints one JSON object with what it saw.
+@main
+struct MinatoClientCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "minato-client",
+        abstract: "A bot on Minato's Swift client SDK.",
+        subcommands: [Loopback.self, Subscribe.self])
+}
+
+struct Common: ParsableArguments {
+    @Option(help: "The server's WebSocket URL.") var url = "ws://127.0.0.1:7880/ws"
+    @Option(help: "A JWT, when the server runs with auth.") var token: String?
+    @Option(help: "The room's name (found or created).") var room = "minato-client"
+    @Option(help: "Seconds to receive for.") var seconds = 3.0
+
+    func context() async throws -> Context {
+        try await Context.setup(Context.Options(url: url, token: token))
+    }
+}
+
+func printJSON(_ value: JSON) {
+    print(value.serialized())
+}
+
+func collectEvents(_ member: LocalSFURoomMember) -> Task<[String], Never> {
+    Task {
+        var types: [String] = []
+        for await e in member.events { types.append(e.type) }
+        return types
+    }
+}
+
+/// Publishes synthetic video (and audio) as one member and subscribes to it as another, then
+/// checks every packet: all counted from the clear header, every one decrypted and its stamp read.
+struct Loopback: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Publish synthetic media and receive it back through the server.")
+    @OptionGroup var common: Common
+    @Option(help: "Video bitrate in bit/s.") var bitrate = 500_000
+    @Flag(help: "Publish audio too.") var audio = false
+
+    func run() async throws {
+        let context = try await common.context()
+        let room = try await SFURoom.findOrCreate(context, name: common.room)
+        let alice = try await room.join(name: "alice-\(UInt16.random(in: 0...UInt16.max))")
+        let bob = try await room.join(name: "bob-\(UInt16.random(in: 0...UInt16.max))")
+        let bobEvents = collectEvents(bob)
+        var sources: [(ContentType, any RtpSource & Sendable)] = [(.video, SyntheticVideoSource(bitrate: bitrate))]
+        if audio { sources.append((.audio, SyntheticAudioSource())) }
+        var results: [JSON] = []
+        var counters: [(RoomPublication, RoomSubscription, StreamCounter)] = []
+        for (_, source) in sources {
+            let publication: RoomPublication
+            if let v = source as? SyntheticVideoSource { publication = try await alice.publish(v) }
+            else if let a = source as? SyntheticAudioSource { publication = try await alice.publish(a) }
+            else { continue }
+            let counter = StreamCounter(sampleEvery: 1)
+            let subscription = try await bob.subscribe(publicationId: publication.id, sink: counter)
+            counters.append((publication, subscription, counter))
+        }
+        try await Task.sleep(for: .seconds(common.seconds))
+        for (publication, subscription, counter) in counters {
+            let s = try await context.perform { counter.snapshot() }
+            let sorted = s.latenciesNs.sorted()
+            let p50 = sorted.isEmpty ? 0 : Double(sorted[sorted.count / 2]) / 1e6
+            results.append([
+                "contentType": .string(publication.contentType.rawValue),
+                "publicationId": .string(publication.id), "subscriptionId": .string(subscription.id),
+                "codec": .string(subscription.codec?.encodingName ?? ""),
+                "packets": .number(Double(s.packets)), "expected": .number(Double(s.expected)),
+                "decryptFailures": .number(Double(s.decryptFailures)), "stampsRead": .number(Double(s.stampsRead)),
+                "latencyP50Ms": .number(p50),
+            ])
+        }
+        try await bob.leave()
+        try await alice.leave()
+        let events = await bobEvents.value
+        printJSON(["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) })])
+        context.dispose()
+    }
+}
+
+/// Joins a room and subscribes to every publication there (now or within the window),
+/// counting packets and VP8 key frames per subscription.
+struct Subscribe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Subscribe to every publication in a room and count what arrives.")
+    @OptionGroup var common: Common
+    @Option(help: "Publications to wait for before the window starts.") var expect = 1
+
+    func run() async throws {
+        let context = try await common.context()
+        let room = try await SFURoom.find(context, name: common.room)
+        let me = try await room.join(name: "swift-bot-\(UInt16.random(in: 0...UInt16.max))")
+        var seen: [String] = []
+        var eventTypes: [String] = []
+        var subscriptions: [RoomSubscription] = []
+        // Existing publications first, then the ones announced by events.
+        for p in try await room.snapshot().publications ?? [] where p.publisherId != me.id {
+            subscriptions.append(try await me.subscribe(publicationId: p.id))
+            seen.append(p.id)
+        }
+        var iterator = me.events.makeAsyncIterator()
+        let deadline = ContinuousClock.now + .seconds(15)
+        while subscriptions.count < expect, ContinuousClock.now < deadline, let e = await iterator.next() {
+            eventTypes.append(e.type)
+            if e.type == "streamPublished", let p = e.publication, p.publisherId != me.id, !seen.contains(p.id) {
+                subscriptions.append(try await me.subscribe(publicationId: p.id))
+                seen.append(p.id)
+            }
+        }
+        var results: [JSON] = []
+        try await withThrowingTaskGroup(of: JSON.self) { group in
+            for s in subscriptions {
+                guard let stream = try await me.packets(of: s) else { continue }
+                group.addTask {
+                    var packets = 0, keyFrames = 0, payloadTypes = Set<Int>()
+                    for await p in stream {
+                        packets += 1
+                        payloadTypes.insert(Int(p.payloadType))
+                        let pl = p.payload
+                        // VP8: S=1, PID=0, then the payload header's P bit 0 = key frame.
+                        if s.codec?.encodingName.uppercased() == "VP8", pl.count > 4, let b0 = pl.first,
+                           b0 & 0x10 != 0, b0 & 0x0F == 0 {
+                            var i = pl.startIndex + 1
+                            if b0 & 0x80 != 0 {
+                                let x = pl[i]; i += 1
+                                if x & 0x80 != 0 { i += pl[i] & 0x80 != 0 ? 2 : 1 }
+                                if x & 0x40 != 0 { i += 1 }
+                                if x & 0x30 != 0 { i += 1 }
+                            }
+                            if i < pl.endIndex, pl[i] & 0x01 == 0 { keyFrames += 1 }
+                        }
+                    }
+                    return ["subscriptionId": .string(s.id), "publicationId": .string(s.publicationId),
+                            "contentType": .string(s.contentType.rawValue), "codec": .string(s.codec?.encodingName ?? ""),
+                            "payloadTypes": .array(payloadTypes.sorted().map { .number(Double($0)) }),
+                            "packets": .number(Double(packets)), "keyFrames": .number(Double(keyFrames))]
+                }
+            }
+            let window = common.seconds
+            group.addTask { try await Task.sleep(for: .seconds(window)); return .null }
+            // The sleeper finishes first; cancelling ends every stream's loop with its counts.
+            if let first = try await group.next(), first != .null { results.append(first) }
+            group.cancelAll()
+            for try await r in group where r != .null { results.append(r) }
+        }
+        try await me.leave()
+        printJSON(["memberId": .string(me.id), "subscriptions": .array(results),
+                   "events": .array(eventTypes.map { .string($0) })])
+        context.dispose()
+    }
+}
