@@ -113,9 +113,12 @@ public enum ClientSdp {
 
     /// A receive-only answer to a server's offer: every sending m-line is received with its
     /// first codec, inactive lines stay inactive, m-lines we cannot take (data channels) are
-    /// rejected. We answer `a=setup:active`, so we are the DTLS client.
+    /// rejected. `dtlsRole` picks our `a=setup`: `.client` answers `active` (what browsers do),
+    /// `.server` answers `passive` (the peer sends the ClientHello once ICE is up; Janus needs it
+    /// to avoid dropping an early hello, see bench/JANUS-NOTES.md).
     public static func answer(to offer: SessionDescription, local: LocalTransportParameters, sessionId: UInt64,
-                              version: Int) -> (sdp: String, streams: [OfferedStream]) {
+                              version: Int, dtlsRole: DtlsRole = .client) -> (sdp: String, streams: [OfferedStream]) {
+        let setup = dtlsRole == .client ? "active" : "passive"
         let (port, ip) = defaultAddress(local)
         var streams: [OfferedStream] = []
         var body: [String] = []
@@ -140,7 +143,7 @@ public enum ClientSdp {
             bundled.append(mid)
             body.append("m=\(m.kind) \(port) \(m.proto) \(pt)")
             body.append("c=IN IP4 \(ip)")
-            body += transportLines(local, setup: "active", candidates: first)
+            body += transportLines(local, setup: setup, candidates: first)
             first = false
             body.append("a=mid:\(mid)")
             body.append("a=\(ours.rawValue)")

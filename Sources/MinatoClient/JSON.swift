@@ -34,7 +34,7 @@ public enum JSON: Sendable, Equatable, Codable, ExpressibleByDictionaryLiteral, 
         case .null: try c.encodeNil()
         case .bool(let b): try c.encode(b)
         case .number(let n):
-            if n.rounded() == n, abs(n) < 1e15 { try c.encode(Int64(n)) } else { try c.encode(n) }
+            if n.rounded() == n, abs(n) <= 9_007_199_254_740_992 { try c.encode(Int64(n)) } else { try c.encode(n) }
         case .string(let s): try c.encode(s)
         case .array(let a): try c.encode(a)
         case .object(let o): try c.encode(o)

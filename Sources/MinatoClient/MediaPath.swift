@@ -29,17 +29,18 @@ public protocol RtpSink: AnyObject {
 
 /// Sends one source's packets on a connection: polls the source on the worker, writes the
 /// SSRC, protects in place, sends. One preallocated buffer; nothing allocates per packet.
-/// Worker-confined.
-final class OutboundStream<Source: RtpSource> {
-    let source: Source
-    let ssrc: UInt32
+/// Worker-confined. (The room API makes these; use one directly to send on a bare
+/// `ClientConnection`, as the benchmark does against other servers.)
+public final class OutboundStream<Source: RtpSource> {
+    public let source: Source
+    public let ssrc: UInt32
     unowned let connection: ClientConnection
     private let buffer: UnsafeMutableRawBufferPointer
     private var timer: UInt32?
-    var enabled = true
-    private(set) var packetsSent: UInt64 = 0
+    public var enabled = true
+    public private(set) var packetsSent: UInt64 = 0
 
-    init(source: Source, ssrc: UInt32, connection: ClientConnection) {
+    public init(source: Source, ssrc: UInt32, connection: ClientConnection) {
         self.source = source
         self.ssrc = ssrc
         self.connection = connection
@@ -48,7 +49,7 @@ final class OutboundStream<Source: RtpSource> {
 
     deinit { buffer.deallocate() }
 
-    func start(on core: ClientWorkerCore) {
+    public func start(on core: ClientWorkerCore) {
         guard timer == nil else { return }
         let clearRoom = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<1500])
         timer = core.every(milliseconds: source.pollIntervalMilliseconds) { [unowned self] in
@@ -62,13 +63,13 @@ final class OutboundStream<Source: RtpSource> {
         }
     }
 
-    func stop(on core: ClientWorkerCore) {
+    public func stop(on core: ClientWorkerCore) {
         if let timer { core.cancel(timer) }
         timer = nil
     }
 
     /// RTCP from the server for this stream: a PLI or FIR asks the source for a key frame.
-    func feedback(_ rtcp: UnsafeRawBufferPointer) {
+    public func feedback(_ rtcp: UnsafeRawBufferPointer) {
         var it = RtcpIterator(rtcp)
         while let p = it.next() {
             if let pli = PictureLossIndication(p), pli.mediaSsrc == ssrc { source.requestKeyFrame() }
@@ -81,14 +82,17 @@ final class OutboundStream<Source: RtpSource> {
 
 /// Hands each received packet on a connection to the sink of its SSRC (linear scan: a
 /// connection carries a handful of streams). Worker-confined.
-final class InboundDemux {
+public final class InboundDemux {
     private var ssrcs = ContiguousArray<UInt32>()
     private var sinks = ContiguousArray<any RtpSink>()
     /// RTCP received on this connection (clear), e.g. for a publisher's PLI handling.
-    var onRtcp: ((UnsafeRawBufferPointer) -> Void)?
-    private(set) var unmatched: UInt64 = 0
+    public var onRtcp: ((UnsafeRawBufferPointer) -> Void)?
+    public private(set) var unmatched: UInt64 = 0
 
-    func attach(to connection: ClientConnection) {
+    public init() {}
+
+    /// Takes over the connection's `onPacket`.
+    public func attach(to connection: ClientConnection) {
         connection.onPacket = { [unowned self, unowned connection] buffer, isRtcp in
             if isRtcp {
                 guard let onRtcp = self.onRtcp, let n = connection.unprotectRtcp(buffer) else { return }
@@ -106,11 +110,11 @@ final class InboundDemux {
         }
     }
 
-    func add(ssrc: UInt32, sink: any RtpSink) {
+    public func add(ssrc: UInt32, sink: any RtpSink) {
         if let i = ssrcs.firstIndex(of: ssrc) { sinks[i] = sink } else { ssrcs.append(ssrc); sinks.append(sink) }
     }
 
-    func remove(ssrc: UInt32) {
+    public func remove(ssrc: UInt32) {
         guard let i = ssrcs.firstIndex(of: ssrc) else { return }
         ssrcs.remove(at: i)
         sinks.remove(at: i)

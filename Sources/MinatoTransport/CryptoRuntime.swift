@@ -28,7 +28,7 @@ public final class CryptoRuntime: @unchecked Sendable {
     /// Makes the DTLS identity: the certificate and key in the given PEM files, or (both nil)
     /// a fresh ECDSA P-256 self-signed certificate valid for a year.
     public init(certificateFile: String? = nil, privateKeyFile: String? = nil) throws {
-        let status = srtp_init()
+        let status = Self.srtpInitStatus
         guard status == srtp_err_status_ok else { throw Failure.srtp(Int32(status.rawValue)) }
         let cert: OpaquePointer, key: OpaquePointer
         if let certificateFile, let privateKeyFile {
@@ -62,6 +62,10 @@ public final class CryptoRuntime: @unchecked Sendable {
         self.bioMethod = method
         self.fingerprint = "sha-256 " + (Self.digest(of: cert, algorithm: "sha-256") ?? "")
     }
+
+    /// libsrtp2 is initialised once per process (a second `srtp_init` fails); a process may
+    /// hold several runtimes (a client with several contexts, tests).
+    nonisolated(unsafe) private static let srtpInitStatus: srtp_err_status_t = srtp_init()
 
     static func generate() throws -> (OpaquePointer, OpaquePointer) {
         guard let key = minato_ec_p256_key() else { throw Failure.openssl("EC P-256 key generation") }

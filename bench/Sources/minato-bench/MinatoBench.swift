@@ -1,0 +1,183 @@
+import ArgumentParser
+import Foundation
+import MinatoClient
+
+/// `minato-bench`: RTP throughput of Minato and Janus under the same load (issue 5).
+@main
+struct MinatoBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "minato-bench",
+        abstract: "RTP load generator: R rooms x P publishers x S subscribers against Minato or Janus.",
+        discussion: "Run it inside a loopback-only network namespace (bench/run.sh does), one server per namespace.",
+        subcommands: [Run.self, Report.self])
+}
+
+struct Run: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Start a server, drive scenarios against it, write one JSON array.")
+
+    @Option(help: "minato or janus.") var server: String
+    @Option(help: "Comma-separated scenarios from: \(Scenario.matrix.map(\.name).joined(separator: ", ")), or 'custom'.")
+    var scenarios = "fanout-1-10"
+    @Option(help: "Rooms for 'custom'.") var rooms = 1
+    @Option(help: "Publishers per room for 'custom'.") var publishers = 1
+    @Option(help: "Subscribers per room for 'custom' (each subscribes to every publication).") var subscribers = 10
+    @Option(help: "Measuring window per scenario, seconds.") var duration = 20.0
+    @Option(help: "Video bitrate per publisher, bit/s.") var videoBitrate = 2_000_000
+    @Option(help: "Video frames per second.") var fps = 30
+    @Option(help: "Video packet size in bytes (RTP header included).") var packetSize = 1200
+    @Option(help: "Audio packet size in bytes (RTP header included).") var audioPacketSize = 100
+    @Option(help: "The minato executable.") var minatoBin = "../.build/release/minato"
+    @Option(help: "The script that runs Janus in the foreground.") var janusRun = "../scripts/janus-run.sh"
+    @Option(help: "Where the JSON array goes.") var out: String
+    @Option(help: "Server logs go here.") var logDir = "../artifacts/bench"
+    @Option(help: "Fail (exit 1) if a scenario errs, receives nothing, or loses more than this percent.")
+    var maxLoss: Double?
+
+    func run() async throws {
+        let shape = LoadShape(videoBitrate: videoBitrate, fps: fps, packetSize: packetSize, audioPacketSize: audioPacketSize)
+        var list: [Scenario] = []
+        for name in scenarios.split(separator: ",").map(String.init) {
+            if name == "custom" {
+                list.append(Scenario(name: "custom-\(rooms)x\(publishers)x\(subscribers)", rooms: rooms,
+                                     members: publishers + subscribers, publishers: publishers, allToAll: false,
+                                     video: true, audio: false))
+            } else if let s = Scenario.named(name) {
+                list.append(s)
+            } else {
+                throw ValidationError("unknown scenario '\(name)'; known: \(Scenario.matrix.map(\.name).joined(separator: ", ")), custom")
+            }
+        }
+        guard server == "minato" || server == "janus" else { throw ValidationError("--server must be minato or janus") }
+        try FileManager.default.createDirectory(atPath: logDir, withIntermediateDirectories: true)
+        var results: [BenchResult] = []
+        for scenario in list {
+            let result = await runOne(scenario, shape)
+            print(summaryLine(result))
+            results.append(result)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(results).write(to: URL(fileURLWithPath: out))
+        if let maxLoss {
+            let bad = results.filter { $0.error != nil || $0.packetsReceived == 0 || $0.lossPercent > maxLoss }
+            if !bad.isEmpty {
+                for b in bad { print("FAILED \(b.scenario) on \(b.server): \(b.error ?? "loss \(b.lossPercent)% or nothing received")") }
+                throw ExitCode(1)
+            }
+        }
+    }
+
+    func startServer(_ scenario: Scenario) async throws -> ServerProcess {
+        let log = "\(logDir)/\(server)-\(scenario.name).log"
+        if server == "minato" {
+            let p = try ServerProcess(name: "minato", executable: minatoBin, arguments: ["serve"], environment: [
+                "MINATO_LOG_LEVEL": "warning",
+                "MINATO_ROOMS_MAX_MEMBERS_PER_ROOM": "200",
+                "MINATO_ROOMS_MAX_SUBSCRIPTIONS_PER_MEMBER": "256",
+                "MINATO_ROOMS_DEFAULT_MAX_SUBSCRIBERS": "200",
+                "MINATO_ROOMS_MAX_SUBSCRIBERS_CAP": "200",
+            ], logPath: log)
+            try await p.waitReady(url: "http://127.0.0.1:7880/readyz")
+            return p
+        } else {
+            let p = try ServerProcess(name: "janus", executable: "/bin/bash", arguments: [janusRun], logPath: log)
+            try await p.waitReady(url: "http://127.0.0.1:8088/janus/info")
+            return p
+        }
+    }
+
+    func runOne(_ scenario: Scenario, _ shape: LoadShape) async -> BenchResult {
+        var server: ServerProcess?
+        var rig: Rig?
+        do {
+            let s = try await startServer(scenario)
+            server = s
+            let r: Rig
+            if self.server == "minato" {
+                r = try await setUpMinato(scenario, shape, url: "ws://127.0.0.1:7880/ws")
+            } else {
+                r = try await setUpJanus(scenario, shape)
+            }
+            rig = r
+            _ = try await warmUp(r)
+            var counter: (@Sendable () async -> UInt64?)?
+            if self.server == "minato" { counter = { @Sendable in await minatoForwarded() } }
+            let window = try await measureWindow(r, server: s, duration: duration, forwardedCounter: counter)
+            let result = makeResult(scenario: scenario, server: self.server, window: window, shape: shape,
+                                    setupSec: r.setupSec, srtp: "AEAD_AES_128_GCM (offered first; no AES-256-GCM)")
+            await r.teardown()
+            await s.stop()
+            return result
+        } catch {
+            if let rig { await rig.teardown() }
+            if let server { await server.stop() }
+            return BenchResult(scenario: scenario.name, server: self.server, rooms: scenario.rooms, publishers: scenario.publishers,
+                               subscribers: scenario.subscribers, durationSec: 0, packetsSent: 0, packetsForwarded: 0,
+                               packetsReceived: 0, lossPercent: 100, forwardedPps: 0, cpuMicrosPerForwardedPacket: 0,
+                               latencyP50Ms: 0, latencyP99Ms: 0, serverRssMB: 0, serverCpuPercent: 0, forwardedSource: "",
+                               latencySamples: 0, srtpProfile: "", videoBitrate: shape.videoBitrate, setupSec: 0,
+                               error: "\(error)")
+        }
+    }
+}
+
+/// `minato_rtp_packets_forwarded_total` from Minato's /metrics.
+func minatoForwarded() async -> UInt64? {
+    guard let (status, data) = try? await httpRequest("http://127.0.0.1:7880/metrics", method: "GET", body: nil),
+          status == 200 else { return nil }
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n")
+    where line.hasPrefix("minato_rtp_packets_forwarded_total") {
+        if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return UInt64(v) }
+    }
+    return nil
+}
+
+func summaryLine(_ r: BenchResult) -> String {
+    if let e = r.error, r.packetsReceived == 0 { return "\(r.scenario) \(r.server): ERROR \(e)" }
+    return "\(r.scenario) \(r.server): sent \(r.packetsSent) fwd \(r.packetsForwarded) recv \(r.packetsReceived) "
+        + "loss \(r.lossPercent)% \(Int(r.forwardedPps)) pps, \(r.cpuMicrosPerForwardedPacket) us CPU/pkt "
+        + "(\(r.serverCpuPercent)% CPU), latency p50 \(r.latencyP50Ms) ms p99 \(r.latencyP99Ms) ms, RSS \(r.serverRssMB) MB"
+        + (r.error.map { " [\($0)]" } ?? "")
+}
+
+struct Report: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Merge run outputs into <name>.json and a markdown table <name>.md.")
+    @Option(help: "Result name (bench/results/<name>.json).") var name: String
+    @Option(help: "Output directory.") var outDir = "results"
+    @Argument(help: "JSON arrays written by `run`.") var inputs: [String]
+
+    func run() async throws {
+        var all: [BenchResult] = []
+        for i in inputs { all += try JSONDecoder().decode([BenchResult].self, from: Data(contentsOf: URL(fileURLWithPath: i))) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+        try encoder.encode(all).write(to: URL(fileURLWithPath: "\(outDir)/\(name).json"))
+        let md = markdown(all)
+        try md.write(toFile: "\(outDir)/\(name).md", atomically: true, encoding: .utf8)
+        print(md)
+    }
+}
+
+func markdown(_ all: [BenchResult]) -> String {
+    func f(_ v: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", v) }
+    var lines = [
+        "| scenario | server | pubs | subs | sent | forwarded | received | loss % | fwd pps | CPU µs/fwd pkt | server CPU % | p50 ms | p99 ms | RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in all {
+        lines.append("| \(r.scenario) | \(r.server) | \(r.publishers) | \(r.subscribers) | \(r.packetsSent) | \(r.packetsForwarded) | "
+            + "\(r.packetsReceived) | \(f(r.lossPercent, 3)) | \(Int(r.forwardedPps)) | \(f(r.cpuMicrosPerForwardedPacket)) | "
+            + "\(f(r.serverCpuPercent, 1)) | \(f(r.latencyP50Ms, 3)) | \(f(r.latencyP99Ms, 3)) | \(f(r.serverRssMB, 1)) |"
+            + (r.error.map { " ⚠ \($0)" } ?? ""))
+    }
+    var ratios: [String] = []
+    for scenario in Array(Set(all.map(\.scenario))).sorted() {
+        guard let m = all.first(where: { $0.scenario == scenario && $0.server == "minato" }),
+              let j = all.first(where: { $0.scenario == scenario && $0.server == "janus" }),
+              m.cpuMicrosPerForwardedPacket > 0, j.cpuMicrosPerForwardedPacket > 0 else { continue }
+        ratios.append("- \(scenario): Janus uses \(f(j.cpuMicrosPerForwardedPacket / m.cpuMicrosPerForwardedPacket))× Minato's CPU per forwarded packet")
+    }
+    if !ratios.isEmpty { lines += [""] + ratios }
+    return lines.joined(separator: "\n") + "\n"
+}

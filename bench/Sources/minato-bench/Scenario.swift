@@ -1,0 +1,65 @@
+/// One load shape: `rooms` rooms, each with `members` members of which the first `publishers`
+/// publish (video and/or audio). Subscribers: with `allToAll`, every member subscribes to every
+/// other member's publications; otherwise the `members - publishers` non-publishers subscribe
+/// to every publication in their room.
+struct Scenario: Sendable, Codable {
+    var name: String
+    var rooms: Int
+    var members: Int
+    var publishers: Int
+    var allToAll: Bool
+    var video: Bool
+    var audio: Bool
+
+    /// Subscribing members per room.
+    var subscribers: Int { allToAll ? members : members - publishers }
+    /// Subscribers each publication has.
+    var fanOut: Int { allToAll ? members - 1 : members - publishers }
+    var streamsPerPublisher: Int { (video ? 1 : 0) + (audio ? 1 : 0) }
+
+    static let matrix: [Scenario] = [
+        Scenario(name: "fanout-1-1", rooms: 1, members: 2, publishers: 1, allToAll: false, video: true, audio: false),
+        Scenario(name: "fanout-1-10", rooms: 1, members: 11, publishers: 1, allToAll: false, video: true, audio: false),
+        Scenario(name: "fanout-1-50", rooms: 1, members: 51, publishers: 1, allToAll: false, video: true, audio: false),
+        Scenario(name: "all-to-all-10", rooms: 1, members: 10, publishers: 10, allToAll: true, video: true, audio: true),
+        // A 50-member audio room where 5 members speak (publish) and everyone listens.
+        Scenario(name: "audio-50", rooms: 1, members: 50, publishers: 5, allToAll: true, video: false, audio: true),
+    ]
+
+    static func named(_ name: String) -> Scenario? { matrix.first { $0.name == name } }
+}
+
+/// Packet shapes both servers get (PERFORMANCE.md, issue 5).
+struct LoadShape: Sendable, Codable {
+    var videoBitrate: Int
+    var fps: Int
+    var packetSize: Int
+    var audioPacketSize: Int
+}
+
+/// One (scenario, server) result: the JSON object the issue specifies, plus context fields.
+struct BenchResult: Sendable, Codable {
+    var scenario: String
+    var server: String
+    var rooms: Int
+    var publishers: Int
+    var subscribers: Int
+    var durationSec: Double
+    var packetsSent: UInt64
+    var packetsForwarded: UInt64
+    var packetsReceived: UInt64
+    var lossPercent: Double
+    var forwardedPps: Double
+    var cpuMicrosPerForwardedPacket: Double
+    var latencyP50Ms: Double
+    var latencyP99Ms: Double
+    var serverRssMB: Double
+    // Context for reading the numbers.
+    var serverCpuPercent: Double
+    var forwardedSource: String
+    var latencySamples: Int
+    var srtpProfile: String
+    var videoBitrate: Int
+    var setupSec: Double
+    var error: String?
+}
