@@ -3,7 +3,7 @@ SWIFT ?= swift
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz bench-micro ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -43,9 +43,25 @@ fuzz: deps
 bench-micro: deps
 	bash scripts/bench-micro.sh
 
-## What CI runs: the README's test command, then the sanitizers and 60 s of each fuzzer.
+## The RTP throughput benchmark, Minato and Janus in the same run (bench/run.sh; each server in
+## its own loopback-only namespace). Quick: fan-out 1->10 (about 2 minutes after the build);
+## full: the whole matrix. Results: bench/results/<quick|full>.{json,md,png}.
+bench-quick: deps
+	bash bench/run.sh quick
+
+bench-full: deps
+	bash bench/run.sh full
+
+## 10 s of fan-out 1->10 against Minato only; fails on >5% loss or no packets (CI).
+bench-smoke: deps
+	bash bench/run.sh smoke
+
+## What CI runs: the README's test command, the sanitizers, 60 s of each fuzzer, the micro
+## benchmarks' zero-allocation check and a 10 s load smoke run.
 ci: test sanitize
 	$(MAKE) fuzz FUZZ_SECONDS=60
+	$(MAKE) bench-micro
+	$(MAKE) bench-smoke
 
 clean:
-	rm -rf .build bench/.build sanitize/.build-asan sanitize/.build-tsan fuzz/.build artifacts
+	rm -rf .build bench/.build sanitize/.build-asan sanitize/.build-tsan fuzz/.build .build-janus artifacts

@@ -28,6 +28,7 @@ let package = Package(
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "MinatoMedia", package: "minato"),
                 .product(name: "MinatoWire", package: "minato"),
+                .product(name: "MinatoTransport", package: "minato"),
             ],
             path: "Benchmarks/Forwarding",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]),

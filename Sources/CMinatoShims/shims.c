@@ -1,4 +1,9 @@
+#define _GNU_SOURCE
 #include "CMinatoShims.h"
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 
@@ -57,3 +62,47 @@ void minato_ssl_set_mtu(SSL *ssl, long mtu) {
     DTLS_set_link_mtu(ssl, mtu);
 }
 void minato_bio_set_retry_write(BIO *bio) { BIO_set_retry_write(bio); }
+
+int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_id,
+                             struct sockaddr_storage *remote, unsigned int *remote_len) {
+    NiceCandidate *local = NULL, *peer = NULL;
+    if (!nice_agent_get_selected_pair(agent, stream_id, component_id, &local, &peer) || local == NULL || peer == NULL)
+        return -1;
+    if (local->transport != NICE_CANDIDATE_TRANSPORT_UDP || local->type == NICE_CANDIDATE_TYPE_RELAYED)
+        return -1;
+    GSocket *socket = nice_agent_get_selected_socket(agent, stream_id, component_id);
+    if (socket == NULL) return -1;
+    int fd = g_socket_get_fd(socket);
+    g_object_unref(socket);
+    memset(remote, 0, sizeof *remote);
+    nice_address_copy_to_sockaddr(&peer->addr, (struct sockaddr *)remote);
+    *remote_len = remote->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    return fd;
+}
+
+int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
+                      void *const *bufs, const size_t *lens, unsigned int n) {
+    struct mmsghdr msgs[64];
+    struct iovec iov[64];
+    if (n > 64) n = 64;
+    for (unsigned int i = 0; i < n; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = lens[i];
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_name = (void *)to;
+        msgs[i].msg_hdr.msg_namelen = to_len;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    unsigned int sent = 0;
+    while (sent < n) {
+        int r = sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sent > 0 ? (int)sent : -1;
+        }
+        if (r == 0) break;
+        sent += (unsigned int)r;
+    }
+    return (int)sent;
+}

@@ -65,7 +65,7 @@ public final class CryptoRuntime: @unchecked Sendable {
 
     /// libsrtp2 is initialised once per process (a second `srtp_init` fails); a process may
     /// hold several runtimes (a client with several contexts, tests).
-    nonisolated(unsafe) private static let srtpInitStatus: srtp_err_status_t = srtp_init()
+    private static let srtpInitStatus: srtp_err_status_t = srtp_init()
 
     static func generate() throws -> (OpaquePointer, OpaquePointer) {
         guard let key = minato_ec_p256_key() else { throw Failure.openssl("EC P-256 key generation") }

@@ -1,5 +1,8 @@
 internal import CNice
 internal import CMinatoShims
+#if canImport(Glibc)
+internal import Glibc
+#endif
 
 /// ICE settings for every agent a worker makes (from configuration).
 public struct IceConfiguration: Sendable {
@@ -125,6 +128,16 @@ final class IceAgent {
     }
 
     func endOfRemoteCandidates() { nice_agent_peer_candidate_gathering_done(agent, streamId) }
+
+    /// Calls `changed` (with the owner) when ICE selects a new pair.
+    func onSelectedPairChange(_ changed: minato_selected_pair_cb, owner: UnsafeMutableRawPointer) {
+        signalHandlers.append(UInt(minato_nice_on_selected_pair(agent, changed, owner)))
+    }
+
+    /// The selected pair's UDP socket fd and peer address, or -1 (no pair yet, TCP or relay).
+    func selectedUdpSocket(peer: inout sockaddr_storage, length: inout UInt32) -> Int32 {
+        minato_nice_selected_udp(agent, streamId, 1, &peer, &length)
+    }
 
     /// Sends one datagram on the selected pair; returns false if nothing could be sent.
     @inline(__always)

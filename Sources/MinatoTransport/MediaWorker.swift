@@ -101,7 +101,11 @@ public final class WorkerCore {
     let context: OpaquePointer
     let runtime: CryptoRuntime
     let ice: IceConfiguration
-    let engine = MediaEngine()
+    /// Outbox slots: a flush is forced when half are used (`flushIfFull`), so one received
+    /// packet may fan out to up to `outboxSlots / 2` consumers without drops.
+    static let outboxSlots = 2048
+    let engine = MediaEngine(outboxSlots: WorkerCore.outboxSlots)
+    private let batch = SendBatch(slots: WorkerCore.outboxSlots)
     let logger: Logger
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
     private let transportTimeout: Nanoseconds
@@ -133,6 +137,9 @@ public final class WorkerCore {
         g_source_attach(tick, context)
         while !stopping {
             g_main_context_iteration(context, 1)
+            // Packets received in this iteration were routed into the outbox; send them now,
+            // batched per subscriber.
+            flush()
             for job in inbox.take() { job(self) }
         }
         for t in transports.values { t.close(reason: "server shutting down") }
@@ -220,19 +227,41 @@ public final class WorkerCore {
 
     // MARK: Packet path
 
-    /// Protects and sends everything the engine left in its outbox.
+    /// Protects everything the engine left in its outbox (in place), chains each transport's
+    /// packets, and sends each chain in one batch (`WebRtcTransport.sendChain`). Allocation-free.
     @inline(__always)
     func flush() {
         let n = engine.transmitCount
+        guard n > 0 else { return }
+        var touchedCount = 0
         var i = 0
         while i < n {
             let tx = engine.transmit(at: i)
-            i += 1
             let ti = Int(tx.transport.rawValue)
-            guard ti < byIndex.count, let t = byIndex[ti] else { continue }
-            t.sendProtected(tx.bytes, length: tx.length, isRtcp: tx.isRtcp)
+            if ti < byIndex.count, let t = byIndex[ti], let srtp = t.srtp,
+               let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length) : srtp.protectRtp(tx.bytes, length: tx.length) {
+                batch.bases[i] = tx.bytes
+                batch.lengths[i] = length
+                batch.next[i] = -1
+                if t.batchTail < 0 {
+                    t.batchHead = Int32(i)
+                    batch.touched[touchedCount] = Unmanaged.passUnretained(t)
+                    touchedCount += 1
+                } else {
+                    batch.next[Int(t.batchTail)] = Int32(i)
+                }
+                t.batchTail = Int32(i)
+            }
+            i += 1
         }
+        for k in 0..<touchedCount { batch.touched[k].takeUnretainedValue().sendChain(batch) }
         engine.clearTransmits()
+    }
+
+    /// Flushes early when half the outbox is used (a burst of input before the loop iteration ends).
+    @inline(__always)
+    func flushIfFull() {
+        if engine.transmitCount >= WorkerCore.outboxSlots / 2 { flush() }
     }
 
     // MARK: From transports

@@ -20,16 +20,18 @@ public enum SrtpProfile: Sendable, Equatable {
 /// One direction pair of libsrtp2 contexts for a transport: `inbound` keyed with the remote
 /// master key, `outbound` with ours. Owns both `srtp_t` handles; lives on the media worker.
 /// Every call protects or unprotects in place in the caller's buffer; nothing allocates.
-final class SrtpSession {
+/// Public for the micro benchmarks (header rewrite + protect); libsrtp must be initialised
+/// first, which making a `CryptoRuntime` does.
+public final class SrtpSession {
     private let inbound: srtp_t
     private let outbound: srtp_t
-    let profile: SrtpProfile
+    public let profile: SrtpProfile
     /// Bytes `protect` may append (auth tag); callers leave this much room after a packet.
-    static let maxTrailer = 16 + 4
+    public static let maxTrailer = 16 + 4
 
-    enum Failure: Error { case create(Int32) }
+    public enum Failure: Error { case create(Int32) }
 
-    init(profile: SrtpProfile, localKeyAndSalt: [UInt8], remoteKeyAndSalt: [UInt8]) throws {
+    public init(profile: SrtpProfile, localKeyAndSalt: [UInt8], remoteKeyAndSalt: [UInt8]) throws {
         self.profile = profile
         func make(_ keyAndSalt: [UInt8], _ type: srtp_ssrc_type_t) throws -> srtp_t {
             var policy = srtp_policy_t()
@@ -72,26 +74,26 @@ final class SrtpSession {
 
     /// Decrypts an SRTP packet in place; returns the clear length, or nil if it fails auth/replay.
     @inline(__always)
-    func unprotectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
+    public func unprotectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
         var len = Int32(length)
         return srtp_unprotect(inbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     @inline(__always)
-    func unprotectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
+    public func unprotectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
         var len = Int32(length)
         return srtp_unprotect_rtcp(inbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     /// Encrypts in place; the buffer must have `maxTrailer` bytes of room after `length`.
     @inline(__always)
-    func protectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
+    public func protectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
         var len = Int32(length)
         return srtp_protect(outbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     @inline(__always)
-    func protectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
+    public func protectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
         var len = Int32(length)
         return srtp_protect_rtcp(outbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }

@@ -1,4 +1,8 @@
 internal import CNice
+internal import CMinatoShims
+#if canImport(Glibc)
+internal import Glibc
+#endif
 public import MinatoMedia
 internal import MinatoWire
 
@@ -55,6 +59,14 @@ final class WebRtcTransport {
     private var dtlsRole: DtlsTransport.Role?
     private(set) var sawMedia = false
     private(set) var createdAt: Nanoseconds
+    /// The direct send path (`WorkerCore.flush`): the selected pair's UDP socket and peer.
+    /// -2: not resolved yet; -1: use libnice's `nice_agent_send` (no pair, TCP or relay).
+    private var sendFd: Int32 = -2
+    private var peerAddress = sockaddr_storage()
+    private var peerAddressLength: UInt32 = 0
+    /// This transport's chain of packets in the worker's outbox during a flush (-1: none).
+    var batchHead: Int32 = -1
+    var batchTail: Int32 = -1
 
     init(id: TransportId, index: TransportIndex, core: WorkerCore, now: Nanoseconds) {
         self.id = id
@@ -67,6 +79,7 @@ final class WebRtcTransport {
     func open(runtime: CryptoRuntime, context: OpaquePointer, configuration: IceConfiguration) throws -> TransportDescription {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let ice = try IceAgent(context: context, configuration: configuration, owner: me)
+        ice.onSelectedPairChange(transportSelectedPairChanged, owner: me)
         self.ice = ice
         dtls = try DtlsTransport(runtime: runtime) { [unowned self] datagram in
             guard let base = datagram.baseAddress else { return }
@@ -111,6 +124,7 @@ final class WebRtcTransport {
     func iceConnected() {
         guard !iceIsConnected else { return }
         iceIsConnected = true
+        sendFd = -2
         if dtlsRole == .client, let dtls { handle(dtls.start(role: .client)) }
     }
 
@@ -128,13 +142,13 @@ final class WebRtcTransport {
             guard let n = srtp.unprotectRtp(base, length: datagram.count) else { core.engine.countDrop(.srtpFailure); return }
             sawMedia = true
             core.engine.handleRtp(from: index, packet: UnsafeMutableRawBufferPointer(start: base, count: n), now: monotonicNow())
-            core.flush()
+            core.flushIfFull()
         case .rtcp:
             guard let srtp, let base = datagram.baseAddress else { core.engine.countDrop(.srtpFailure); return }
             guard let n = srtp.unprotectRtcp(base, length: datagram.count) else { core.engine.countDrop(.srtpFailure); return }
             sawMedia = true
             core.engine.handleRtcp(from: index, packet: UnsafeRawBufferPointer(start: base, count: n), now: monotonicNow())
-            core.flush()
+            core.flushIfFull()
         case .dtls:
             guard let dtls else { return }
             handle(dtls.receive(UnsafeRawBufferPointer(datagram)))
@@ -143,13 +157,43 @@ final class WebRtcTransport {
         }
     }
 
-    /// Sends one clear packet from the engine's outbox: protects it in place and hands it to ICE.
+    /// Sends this transport's chain of protected packets from the worker's outbox (`head`,
+    /// then `next[i]` until -1): one `sendmmsg` per 64 packets on the selected pair's socket,
+    /// or `nice_agent_send` per packet when there is no plain UDP pair.
     @inline(__always)
-    func sendProtected(_ bytes: UnsafeMutableRawPointer, length: Int, isRtcp: Bool) {
-        guard let srtp, let ice else { return }
-        let n = isRtcp ? srtp.protectRtcp(bytes, length: length) : srtp.protectRtp(bytes, length: length)
-        if let n { _ = ice.send(bytes, length: n) }
+    func sendChain(_ batch: SendBatch) {
+        var j = batchHead
+        batchHead = -1
+        batchTail = -1
+        if sendFd == -2 {
+            guard iceIsConnected, let ice else { return }
+            sendFd = max(-1, ice.selectedUdpSocket(peer: &peerAddress, length: &peerAddressLength))
+        }
+        if sendFd < 0 {
+            guard let ice else { return }
+            while j >= 0 {
+                _ = ice.send(batch.bases[Int(j)]!, length: batch.lengths[Int(j)])
+                j = batch.next[Int(j)]
+            }
+            return
+        }
+        var count = 0
+        while j >= 0 {
+            batch.scratchBases[count] = batch.bases[Int(j)]
+            batch.scratchLengths[count] = batch.lengths[Int(j)]
+            count += 1
+            if count == SendBatch.maxPerCall {
+                _ = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths, UInt32(count))
+                count = 0
+            }
+            j = batch.next[Int(j)]
+        }
+        if count > 0 {
+            _ = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths, UInt32(count))
+        }
     }
+
+    func selectedPairChanged() { sendFd = -2 }
 
     func tick(now: Nanoseconds) {
         guard let dtls, state == .connecting, let ms = dtls.timeoutMilliseconds, ms == 0 else { return }
@@ -170,5 +214,38 @@ final class WebRtcTransport {
                 core.transportFailed(self, reason: "SRTP session could not be created")
             }
         }
+    }
+}
+
+private func transportSelectedPairChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint,
+                                          _ local: UnsafeMutablePointer<NiceCandidate>?, _ remote: UnsafeMutablePointer<NiceCandidate>?,
+                                          _ owner: gpointer?) {
+    guard let owner else { return }
+    Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue().selectedPairChanged()
+}
+
+/// Preallocated arrays for `WorkerCore.flush` (one per worker): each outbox slot's protected
+/// length and next slot of the same transport, and a scratch list for one `sendmmsg`.
+final class SendBatch {
+    static let maxPerCall = 64
+    let bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    let lengths: UnsafeMutablePointer<Int>
+    let next: UnsafeMutablePointer<Int32>
+    let touched: UnsafeMutablePointer<Unmanaged<WebRtcTransport>>
+    let scratchBases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    let scratchLengths: UnsafeMutablePointer<Int>
+
+    init(slots: Int) {
+        bases = .allocate(capacity: slots)
+        lengths = .allocate(capacity: slots)
+        next = .allocate(capacity: slots)
+        touched = .allocate(capacity: slots)
+        scratchBases = .allocate(capacity: Self.maxPerCall)
+        scratchLengths = .allocate(capacity: Self.maxPerCall)
+    }
+
+    deinit {
+        bases.deallocate(); lengths.deallocate(); next.deallocate(); touched.deallocate()
+        scratchBases.deallocate(); scratchLengths.deallocate()
     }
 }

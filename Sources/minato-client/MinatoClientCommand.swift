@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import MinatoClient
+import Synchronization
 
 /// `minato-client`: a bot on the Swift client SDK. Prints one JSON object with what it saw.
 @main
@@ -26,12 +27,14 @@ func printJSON(_ value: JSON) {
     print(value.serialized())
 }
 
-func collectEvents(_ member: LocalSFURoomMember) -> Task<[String], Never> {
-    Task {
-        var types: [String] = []
-        for await e in member.events { types.append(e.type) }
-        return types
+/// The room event types a member saw, in order (read with `snapshot` while it is in the room).
+final class EventLog: Sendable {
+    private let types = Mutex<[String]>([])
+    init(_ member: LocalSFURoomMember) {
+        Task { for await e in member.events { self.append(e.type) } }
     }
+    private func append(_ type: String) { types.withLock { $0.append(type) } }
+    func snapshot() -> [String] { types.withLock { $0 } }
 }
 
 /// Publishes synthetic video (and audio) as one member and subscribes to it as another, then
@@ -47,7 +50,7 @@ struct Loopback: AsyncParsableCommand {
         let room = try await SFURoom.findOrCreate(context, name: common.room)
         let alice = try await room.join(name: "alice-\(UInt16.random(in: 0...UInt16.max))")
         let bob = try await room.join(name: "bob-\(UInt16.random(in: 0...UInt16.max))")
-        let bobEvents = collectEvents(bob)
+        let bobEvents = EventLog(bob)
         var sources: [(ContentType, any RtpSource & Sendable)] = [(.video, SyntheticVideoSource(bitrate: bitrate))]
         if audio { sources.append((.audio, SyntheticAudioSource())) }
         var results: [JSON] = []
@@ -75,9 +78,9 @@ struct Loopback: AsyncParsableCommand {
                 "latencyP50Ms": .number(p50),
             ])
         }
+        let events = bobEvents.snapshot()   // before leaving: what the member saw while in the room
         try await bob.leave()
         try await alice.leave()
-        let events = await bobEvents.value
         printJSON(["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) })])
         context.dispose()
     }

@@ -4,6 +4,7 @@
 #define CMINATO_SHIMS_H
 
 #include <agent.h>
+#include <sys/socket.h>
 #include <openssl/ssl.h>
 #include <openssl/evp.h>
 
@@ -21,6 +22,16 @@ gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb
 void minato_signal_disconnect(gpointer instance, gulong handler);
 /// Fills `addr` from a numeric IPv4/IPv6 string; returns FALSE when it is not one.
 gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip);
+
+/// The selected pair's local UDP socket (its fd) and remote address, for sending around
+/// libnice's per-packet path; -1 when there is no selected pair or it is not a plain UDP
+/// socket (TCP, TURN relay: use nice_agent_send then).
+int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_id,
+                             struct sockaddr_storage *remote, unsigned int *remote_len);
+/// Sends `n` datagrams (bufs[i], lens[i]) to one destination with sendmmsg (non-blocking, at
+/// most 64 per call, EINTR retried); returns how many the kernel took, or -1 on error.
+int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
+                      void *const *bufs, const size_t *lens, unsigned int n);
 
 /// ECDSA P-256 key (EVP_EC_gen is a macro over a variadic call).
 EVP_PKEY *minato_ec_p256_key(void);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The RTP throughput benchmark, Minato and Janus side by side (issue 5, PERFORMANCE.md).
+#   bench/run.sh quick   fan-out 1->10 on both servers, 20 s window     -> bench/results/quick.{json,md,png}
+#   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
+#   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI)
+#                                                                        -> artifacts/bench/smoke.json
+# Extra arguments go to `minato-bench run` (e.g. --video-bitrate 4000000 --duration 60).
+# Each server runs in its own loopback-only network namespace (unshare -n) together with the
+# load generator; nothing leaves `lo`. Installs what is missing first (Debian packages, the
+# janus package, the Python venv for the chart) and builds bench/ in release mode (the first
+# build takes about 10 minutes on 2 cores).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+MODE="${1:-quick}"
+[ $# -gt 0 ] && shift
+case "$MODE" in
+    quick) SCENARIOS="fanout-1-10"; DURATION=20; SERVERS="minato janus"; OUTDIR="bench/results"; CHECK=() ;;
+    full)  SCENARIOS="fanout-1-1,fanout-1-10,fanout-1-50,all-to-all-10,audio-50"; DURATION=30; SERVERS="minato janus"
+           OUTDIR="bench/results"; CHECK=() ;;
+    smoke) SCENARIOS="fanout-1-10"; DURATION=10; SERVERS="minato"; OUTDIR="artifacts/bench"; CHECK=(--max-loss 5) ;;
+    *) echo "usage: bench/run.sh quick|full|smoke [minato-bench run options]" >&2; exit 2 ;;
+esac
+
+bash scripts/install-deps.sh
+bash scripts/interop-setup.sh          # iproute2 (ip), the venv with matplotlib for the chart
+case " $SERVERS " in *" janus "*) bash scripts/janus-run.sh --setup ;; esac
+
+echo "bench: building bench/ (release)" >&2
+(cd bench && swift build -c release --product minato && swift build -c release --product minato-bench)
+BIN="$ROOT/bench/.build/release"
+mkdir -p "$OUTDIR" artifacts/bench
+raws=()
+for server in $SERVERS; do
+    raw="$ROOT/artifacts/bench/$MODE-$server.json"
+    echo "bench: $server ($SCENARIOS, ${DURATION} s windows) in its own loopback-only namespace" >&2
+    unshare -n sh -c 'ip link set lo up; exec "$@"' bench "$BIN/minato-bench" run --server "$server" \
+        --scenarios "$SCENARIOS" --duration "$DURATION" --minato-bin "$BIN/minato" \
+        --janus-run "$ROOT/scripts/janus-run.sh" --log-dir "$ROOT/artifacts/bench" --out "$raw" \
+        ${CHECK[@]+"${CHECK[@]}"} "$@"
+    raws+=("$raw")
+done
+"$BIN/minato-bench" report --name "$MODE" --out-dir "$OUTDIR" "${raws[@]}"
+if [ "$MODE" != smoke ]; then
+    .venv-interop/bin/python bench/chart.py "$OUTDIR/$MODE.json" "$OUTDIR/$MODE.png"
+    echo "bench: wrote $OUTDIR/$MODE.json, $OUTDIR/$MODE.md, $OUTDIR/$MODE.png" >&2
+fi
