@@ -89,6 +89,7 @@ let package = Package(
         .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
         .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
         .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms"]),
+        .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -25,6 +25,8 @@ def main(src: str, dst: str) -> None:
         cpu.bar_label(bars, fmt="%.1f", fontsize=8)
         bars = loss.bar(xs, lo, width, label=server, color=colors[server])
         loss.bar_label(bars, fmt="%.2f", fontsize=8)
+    worst = max([r["lossPercent"] for r in rows] + [0])
+    loss.set_ylim(0, max(1.0, worst * 1.3))
     for ax, title, unit in ((cpu, "Server CPU per forwarded packet", "µs (user+sys)"), (loss, "Loss", "%")):
         ax.set_xticks(range(len(scenarios)))
         ax.set_xticklabels(scenarios, rotation=15)

@@ -4,6 +4,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdint.h>
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 
@@ -81,28 +86,53 @@ int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_
 }
 
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
-                      void *const *bufs, const size_t *lens, unsigned int n) {
+                      void *const *bufs, const size_t *lens, unsigned int n, int gso) {
     struct mmsghdr msgs[64];
     struct iovec iov[64];
+    union { char buf[CMSG_SPACE(sizeof(uint16_t))]; struct cmsghdr align; } control[64];
     if (n > 64) n = 64;
-    for (unsigned int i = 0; i < n; i++) {
-        iov[i].iov_base = bufs[i];
-        iov[i].iov_len = lens[i];
-        memset(&msgs[i], 0, sizeof msgs[i]);
-        msgs[i].msg_hdr.msg_name = (void *)to;
-        msgs[i].msg_hdr.msg_namelen = to_len;
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+    unsigned int m = 0, i = 0;
+    while (i < n) {
+        unsigned int j = i + 1;
+        if (gso) {
+            /* A GSO message: a run of equal-size datagrams (UDP_SEGMENT) plus at most one shorter
+             * final one, under the 64 KiB UDP limit and the kernel's 64 segments. */
+            size_t total = lens[i];
+            while (j < n && lens[j] == lens[i] && total + lens[j] <= 65000) { total += lens[j]; j++; }
+            if (j < n && j - i > 1 && lens[j] < lens[i] && total + lens[j] <= 65000) j++;
+        }
+        for (unsigned int k = i; k < j; k++) { iov[k].iov_base = bufs[k]; iov[k].iov_len = lens[k]; }
+        memset(&msgs[m], 0, sizeof msgs[m]);
+        msgs[m].msg_hdr.msg_name = (void *)to;
+        msgs[m].msg_hdr.msg_namelen = to_len;
+        msgs[m].msg_hdr.msg_iov = &iov[i];
+        msgs[m].msg_hdr.msg_iovlen = j - i;
+        if (j - i > 1) {
+            memset(&control[m], 0, sizeof control[m]);
+            msgs[m].msg_hdr.msg_control = control[m].buf;
+            msgs[m].msg_hdr.msg_controllen = sizeof control[m].buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msgs[m].msg_hdr);
+            c->cmsg_level = SOL_UDP;
+            c->cmsg_type = UDP_SEGMENT;
+            c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t segment = (uint16_t)lens[i];
+            memcpy(CMSG_DATA(c), &segment, sizeof segment);
+        }
+        m++;
+        i = j;
     }
-    unsigned int sent = 0;
-    while (sent < n) {
-        int r = sendmmsg(fd, msgs + sent, n - sent, MSG_DONTWAIT);
+    unsigned int done = 0, packets = 0;
+    while (done < m) {
+        int r = sendmmsg(fd, msgs + done, m - done, MSG_DONTWAIT);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return sent > 0 ? (int)sent : -1;
+            /* A kernel or device without UDP GSO: tell the caller to send without it. */
+            if (gso && done == 0 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) return -2;
+            return packets > 0 ? (int)packets : -1;
         }
         if (r == 0) break;
-        sent += (unsigned int)r;
+        for (int k = 0; k < r; k++) packets += (unsigned int)msgs[done + k].msg_hdr.msg_iovlen;
+        done += (unsigned int)r;
     }
-    return (int)sent;
+    return (int)packets;
 }

@@ -1,6 +1,5 @@
 internal import CNice
 internal import Foundation
-internal import Synchronization
 
 /// A client-side media thread: one `GMainContext` running the libnice agents, DTLS and SRTP
 /// of every `ClientConnection` made on it, plus timers (packet sources pace themselves with
@@ -9,22 +8,7 @@ internal import Synchronization
 public final class ClientWorker: Sendable {
     private let inbox: Inbox
 
-    final class Inbox: @unchecked Sendable {
-        let jobs = Mutex<[@Sendable (ClientWorkerCore) -> Void]>([])
-        let context: OpaquePointer
-        init(context: OpaquePointer) { self.context = context }
-        func post(_ job: @escaping @Sendable (ClientWorkerCore) -> Void) {
-            jobs.withLock { $0.append(job) }
-            g_main_context_wakeup(context)
-        }
-        func take() -> [@Sendable (ClientWorkerCore) -> Void] {
-            jobs.withLock { jobs in
-                let all = jobs
-                jobs.removeAll(keepingCapacity: true)
-                return all
-            }
-        }
-    }
+    typealias Inbox = WorkerInbox<ClientWorkerCore>
 
     /// `ice` gives the local addresses (127.0.0.1 by default) and the port range of the client's
     /// agents (0...0 lets the kernel pick); its `lite` flag is ignored (clients run full ICE).
@@ -46,11 +30,7 @@ public final class ClientWorker: Sendable {
 
     /// Runs `body` on the worker thread and returns its result.
     public func perform<T: Sendable>(_ body: @escaping @Sendable (ClientWorkerCore) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            inbox.post { core in
-                do { continuation.resume(returning: try body(core)) } catch { continuation.resume(throwing: error) }
-            }
-        }
+        try await inbox.perform(body)
     }
 
     /// Fire-and-forget job on the worker thread.

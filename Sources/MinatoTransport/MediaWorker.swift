@@ -41,22 +41,7 @@ public final class MediaWorker: Sendable {
     public let events: AsyncStream<WorkerEvent>
     private let inbox: Inbox
 
-    final class Inbox: @unchecked Sendable {
-        let jobs = Mutex<[@Sendable (WorkerCore) -> Void]>([])
-        let context: OpaquePointer   // GMainContext*, owned by the worker thread's core
-        init(context: OpaquePointer) { self.context = context }
-        func post(_ job: @escaping @Sendable (WorkerCore) -> Void) {
-            jobs.withLock { $0.append(job) }
-            g_main_context_wakeup(context)
-        }
-        func take() -> [@Sendable (WorkerCore) -> Void] {
-            jobs.withLock { jobs in
-                let all = jobs
-                jobs.removeAll(keepingCapacity: true)
-                return all
-            }
-        }
-    }
+    typealias Inbox = WorkerInbox<WorkerCore>
 
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
                 transportTimeout: Duration, logger: Logger) {
@@ -80,11 +65,7 @@ public final class MediaWorker: Sendable {
 
     /// Runs `body` on the worker thread and returns its result.
     public func perform<T: Sendable>(_ body: @escaping @Sendable (WorkerCore) throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            inbox.post { core in
-                do { continuation.resume(returning: try body(core)) } catch { continuation.resume(throwing: error) }
-            }
-        }
+        try await inbox.perform(body)
     }
 
     /// Fire-and-forget command.
@@ -95,6 +76,37 @@ public final class MediaWorker: Sendable {
 }
 
 struct UncheckedBox<T>: @unchecked Sendable { let value: T; init(_ v: T) { value = v } }
+
+/// What crosses into a worker thread (a media worker or a client worker): a queue of jobs
+/// for its `Core`, and a wakeup of the thread's `GMainContext`, which runs them after its
+/// current iteration. Everything else of the worker is confined to its thread.
+final class WorkerInbox<Core>: @unchecked Sendable {
+    private let jobs = Mutex<[@Sendable (Core) -> Void]>([])
+    let context: OpaquePointer   // GMainContext*, owned by the worker thread
+    init(context: OpaquePointer) { self.context = context }
+
+    func post(_ job: @escaping @Sendable (Core) -> Void) {
+        jobs.withLock { $0.append(job) }
+        g_main_context_wakeup(context)
+    }
+
+    func take() -> [@Sendable (Core) -> Void] {
+        jobs.withLock { jobs in
+            let all = jobs
+            jobs.removeAll(keepingCapacity: true)
+            return all
+        }
+    }
+
+    /// Runs `body` on the worker thread and returns its result.
+    func perform<T: Sendable>(_ body: @escaping @Sendable (Core) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            post { core in
+                do { continuation.resume(returning: try body(core)) } catch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+}
 
 /// Everything one media worker owns. Confined to the worker thread (checked in debug builds).
 public final class WorkerCore {

@@ -159,7 +159,8 @@ final class WebRtcTransport {
 
     /// Sends this transport's chain of protected packets from the worker's outbox (`head`,
     /// then `next[i]` until -1): one `sendmmsg` per 64 packets on the selected pair's socket,
-    /// or `nice_agent_send` per packet when there is no plain UDP pair.
+    /// runs of equal-size packets as UDP GSO messages; `nice_agent_send` per packet when
+    /// there is no plain UDP pair (TCP, TURN).
     @inline(__always)
     func sendChain(_ batch: SendBatch) {
         var j = batchHead
@@ -183,14 +184,23 @@ final class WebRtcTransport {
             batch.scratchLengths[count] = batch.lengths[Int(j)]
             count += 1
             if count == SendBatch.maxPerCall {
-                _ = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths, UInt32(count))
+                sendScratch(batch, count)
                 count = 0
             }
             j = batch.next[Int(j)]
         }
-        if count > 0 {
-            _ = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths, UInt32(count))
+        if count > 0 { sendScratch(batch, count) }
+    }
+
+    @inline(__always)
+    private func sendScratch(_ batch: SendBatch, _ count: Int) {
+        if batch.gso {
+            let r = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths,
+                                      UInt32(count), 1)
+            if r != -2 { return }
+            batch.gso = false   // no UDP GSO here: plain sendmmsg from now on
         }
+        _ = minato_send_batch(sendFd, &peerAddress, peerAddressLength, batch.scratchBases, batch.scratchLengths, UInt32(count), 0)
     }
 
     func selectedPairChanged() { sendFd = -2 }
@@ -228,6 +238,8 @@ private func transportSelectedPairChanged(_ agent: OpaquePointer?, _ stream: gui
 /// length and next slot of the same transport, and a scratch list for one `sendmmsg`.
 final class SendBatch {
     static let maxPerCall = 64
+    /// UDP GSO (one message per run of equal-size packets); cleared if the kernel refuses it.
+    var gso = true
     let bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     let lengths: UnsafeMutablePointer<Int>
     let next: UnsafeMutablePointer<Int32>

@@ -28,10 +28,12 @@ gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip);
 /// socket (TCP, TURN relay: use nice_agent_send then).
 int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_id,
                              struct sockaddr_storage *remote, unsigned int *remote_len);
-/// Sends `n` datagrams (bufs[i], lens[i]) to one destination with sendmmsg (non-blocking, at
-/// most 64 per call, EINTR retried); returns how many the kernel took, or -1 on error.
+/// Sends `n` datagrams (bufs[i], lens[i]; at most 64) to one destination with one sendmmsg
+/// (non-blocking, EINTR retried). With `gso`, runs of equal-size datagrams go as one UDP GSO
+/// message each (UDP_SEGMENT; the kernel splits them). Returns how many datagrams the kernel
+/// took, -1 on error, or -2 when GSO is unsupported (nothing was sent; retry without).
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
-                      void *const *bufs, const size_t *lens, unsigned int n);
+                      void *const *bufs, const size_t *lens, unsigned int n, int gso);
 
 /// ECDSA P-256 key (EVP_EC_gen is a macro over a variadic call).
 EVP_PKEY *minato_ec_p256_key(void);

@@ -151,7 +151,7 @@ func setUpJanus(_ scenario: Scenario, _ shape: LoadShape) async throws -> Rig {
                     for s in streams { s.start(on: core) }
                     connection.keep(streams, demux)
                 }
-                await api.waitUp(handle)
+                try await api.waitUp(handle)
                 for s in sources { groups[threadIndex(member: m, scenario)].sources.append(s) }
                 feeds.append((m, feed, sources.map { $0.codec.kind.rawValue }))
             }
@@ -190,7 +190,7 @@ func setUpJanus(_ scenario: Scenario, _ shape: LoadShape) async throws -> Rig {
                 }
                 connections.value.append(connection)
                 _ = try await api.message(handle: handle, body: ["request": "start"], jsep: ["type": "answer", "sdp": .string(answer)])
-                await api.waitUp(handle)
+                try await api.waitUp(handle)
                 groups[threadIndex(member: m, scenario)].counters += counters
             }
         }

@@ -12,9 +12,9 @@ actor JanusAPI {
     private var waiters: [String: CheckedContinuation<JSON, any Error>] = [:]
     private var early: [String: JSON] = [:]
     private var upHandles: Set<UInt64> = []
-    private var upWaiters: [UInt64: [CheckedContinuation<Void, Never>]] = [:]
     private var tasks: [Task<Void, Never>] = []
     private var closed = false
+    var isClosed: Bool { closed }
 
     private init(base: String, sessionId: UInt64) {
         self.base = base
@@ -44,21 +44,23 @@ actor JanusAPI {
 
     private func startLoops() {
         let url = "\(base)/\(sessionId)?maxev=10"
+        // These loops are never cancelled: cancelling a task inside FoundationNetworking's
+        // `URLSession.data(for:)` deadlocks (swift-corelibs-foundation). They stop on `closed`.
         tasks.append(Task { [weak self] in
-            while !Task.isCancelled {
+            while let self, await !self.isClosed {
                 guard let (status, data) = try? await httpRequest(url, method: "GET", body: nil, timeout: 40),
                       status == 200, let json = try? JSON.parse(String(decoding: data, as: UTF8.self)) else {
                     try? await Task.sleep(for: .milliseconds(100))
                     continue
                 }
-                guard let self else { return }
                 for event in json.array ?? [json] { await self.dispatch(event) }
             }
         })
         let sessionURL = "\(base)/\(sessionId)"
-        tasks.append(Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(20))
+        tasks.append(Task { [weak self] in
+            while let self, await !self.isClosed {
+                for _ in 0..<40 where await !self.isClosed { try? await Task.sleep(for: .milliseconds(500)) }
+                if await self.isClosed { break }
                 _ = try? await JanusAPI.post(sessionURL, ["janus": "keepalive", "transaction": .string(JanusAPI.transaction())])
             }
         })
@@ -69,7 +71,6 @@ actor JanusAPI {
         case "webrtcup":
             guard let sender = event["sender"]?.uint64 else { return }
             upHandles.insert(sender)
-            for w in upWaiters.removeValue(forKey: sender) ?? [] { w.resume() }
         case "event":
             guard let t = event["transaction"]?.string else { return }
             if let w = waiters.removeValue(forKey: t) { w.resume(returning: event) } else { early[t] = event }
@@ -93,7 +94,12 @@ actor JanusAPI {
         let event: JSON
         if reply["janus"]?.string == "ack" {
             if let e = early.removeValue(forKey: t) { event = e } else {
+                let timeout = Task { [weak self] in
+                    try? await Task.sleep(for: .seconds(20))
+                    await self?.expire(t)
+                }
                 event = try await withCheckedThrowingContinuation { waiters[t] = $0 }
+                timeout.cancel()
             }
         } else {
             event = reply
@@ -104,22 +110,26 @@ actor JanusAPI {
         return event
     }
 
-    /// Waits for the handle's `webrtcup` (ICE + DTLS up on Janus's side).
-    func waitUp(_ handle: UInt64) async {
-        if upHandles.contains(handle) { return }
-        await withCheckedContinuation { upWaiters[handle, default: []].append($0) }
+    private func expire(_ t: String) {
+        waiters.removeValue(forKey: t)?.resume(throwing: BenchError("Janus sent no reply event in 20 s (transaction \(t))"))
+    }
+
+    /// Waits (up to 20 s) for the handle's `webrtcup` (ICE + DTLS up on Janus's side).
+    func waitUp(_ handle: UInt64) async throws {
+        for _ in 0..<200 {
+            if upHandles.contains(handle) { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw BenchError("Janus reported no webrtcup for handle \(handle) in 20 s")
     }
 
     /// Destroys the session (every handle with it) and stops the loops.
     func close() async {
         guard !closed else { return }
         closed = true
-        for t in tasks { t.cancel() }
         _ = try? await JanusAPI.post("\(base)/\(sessionId)", ["janus": "destroy", "transaction": .string(JanusAPI.transaction())])
         for (_, w) in waiters { w.resume(throwing: BenchError("Janus session closed")) }
         waiters.removeAll()
-        for (_, ws) in upWaiters { for w in ws { w.resume() } }
-        upWaiters.removeAll()
     }
 }
 

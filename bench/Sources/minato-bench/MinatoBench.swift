@@ -22,7 +22,8 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Publishers per room for 'custom'.") var publishers = 1
     @Option(help: "Subscribers per room for 'custom' (each subscribes to every publication).") var subscribers = 10
     @Option(help: "Measuring window per scenario, seconds.") var duration = 20.0
-    @Option(help: "Video bitrate per publisher, bit/s.") var videoBitrate = 2_000_000
+    @Option(help: "Video bitrate per publisher, bit/s (default: the scenario's, 4 Mbit/s; 1 Mbit/s in all-to-all-10).")
+    var videoBitrate: Int?
     @Option(help: "Video frames per second.") var fps = 30
     @Option(help: "Video packet size in bytes (RTP header included).") var packetSize = 1200
     @Option(help: "Audio packet size in bytes (RTP header included).") var audioPacketSize = 100
@@ -34,13 +35,12 @@ struct Run: AsyncParsableCommand {
     var maxLoss: Double?
 
     func run() async throws {
-        let shape = LoadShape(videoBitrate: videoBitrate, fps: fps, packetSize: packetSize, audioPacketSize: audioPacketSize)
         var list: [Scenario] = []
         for name in scenarios.split(separator: ",").map(String.init) {
             if name == "custom" {
                 list.append(Scenario(name: "custom-\(rooms)x\(publishers)x\(subscribers)", rooms: rooms,
                                      members: publishers + subscribers, publishers: publishers, allToAll: false,
-                                     video: true, audio: false))
+                                     video: true, audio: false, videoBitrate: videoBitrate ?? 4_000_000))
             } else if let s = Scenario.named(name) {
                 list.append(s)
             } else {
@@ -50,14 +50,19 @@ struct Run: AsyncParsableCommand {
         guard server == "minato" || server == "janus" else { throw ValidationError("--server must be minato or janus") }
         try FileManager.default.createDirectory(atPath: logDir, withIntermediateDirectories: true)
         var results: [BenchResult] = []
-        for scenario in list {
-            let result = await runOne(scenario, shape)
-            print(summaryLine(result))
-            results.append(result)
-        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try encoder.encode(results).write(to: URL(fileURLWithPath: out))
+        for scenario in list {
+            let shape = LoadShape(videoBitrate: videoBitrate ?? scenario.videoBitrate, fps: fps, packetSize: packetSize,
+                                  audioPacketSize: audioPacketSize)
+            progress("\(scenario.name) on \(server): starting")
+            let result = await withDeadline(seconds: duration + 150, scenario: scenario, shape: shape) {
+                await runOne(scenario, shape)
+            }
+            progress(summaryLine(result))
+            results.append(result)
+            try encoder.encode(results).write(to: URL(fileURLWithPath: out))   // after each scenario
+        }
         if let maxLoss {
             let bad = results.filter { $0.error != nil || $0.packetsReceived == 0 || $0.lossPercent > maxLoss }
             if !bad.isEmpty {
@@ -86,12 +91,36 @@ struct Run: AsyncParsableCommand {
         }
     }
 
+    /// Runs `body`, or gives up after `seconds` with an error result (a hung setup must not
+    /// hang the whole benchmark); the server of a timed-out scenario is killed by `runOne`'s
+    /// caller through the process group at exit.
+    func withDeadline(seconds: Double, scenario: Scenario, shape: LoadShape,
+                      _ body: @escaping @Sendable () async -> BenchResult) async -> BenchResult {
+        await withTaskGroup(of: BenchResult?.self) { group in
+            group.addTask { await body() }
+            group.addTask { try? await Task.sleep(for: .seconds(seconds)); return nil }
+            let first = await group.next() ?? nil
+            if let first { group.cancelAll(); return first }
+            await runningServer.take()?.stop()   // the hung scenario's server must not block the next
+            return failed(scenario, shape, "timed out after \(Int(seconds)) s (see the server log)")
+        }
+    }
+
+    func failed(_ scenario: Scenario, _ shape: LoadShape, _ error: String) -> BenchResult {
+        BenchResult(scenario: scenario.name, server: server, rooms: scenario.rooms, publishers: scenario.publishers,
+                    subscribers: scenario.subscribers, durationSec: 0, packetsSent: 0, packetsForwarded: 0,
+                    packetsReceived: 0, lossPercent: 100, forwardedPps: 0, cpuMicrosPerForwardedPacket: 0,
+                    latencyP50Ms: 0, latencyP99Ms: 0, serverRssMB: 0, serverCpuPercent: 0, forwardedSource: "",
+                    latencySamples: 0, srtpProfile: "", videoBitrate: shape.videoBitrate, setupSec: 0, error: error)
+    }
+
     func runOne(_ scenario: Scenario, _ shape: LoadShape) async -> BenchResult {
         var server: ServerProcess?
         var rig: Rig?
         do {
             let s = try await startServer(scenario)
             server = s
+            runningServer.set(s)
             let r: Rig
             if self.server == "minato" {
                 r = try await setUpMinato(scenario, shape, url: "ws://127.0.0.1:7880/ws")
@@ -99,26 +128,38 @@ struct Run: AsyncParsableCommand {
                 r = try await setUpJanus(scenario, shape)
             }
             rig = r
+            progress("\(scenario.name) on \(self.server): set up in \(String(format: "%.1f", r.setupSec)) s; warming up")
             _ = try await warmUp(r)
+            progress("\(scenario.name) on \(self.server): measuring \(Int(duration)) s")
             var counter: (@Sendable () async -> UInt64?)?
             if self.server == "minato" { counter = { @Sendable in await minatoForwarded() } }
             let window = try await measureWindow(r, server: s, duration: duration, forwardedCounter: counter)
             let result = makeResult(scenario: scenario, server: self.server, window: window, shape: shape,
                                     setupSec: r.setupSec, srtp: "AEAD_AES_128_GCM (offered first; no AES-256-GCM)")
+            progress("\(scenario.name) on \(self.server): tearing down")
             await r.teardown()
             await s.stop()
             return result
         } catch {
             if let rig { await rig.teardown() }
             if let server { await server.stop() }
-            return BenchResult(scenario: scenario.name, server: self.server, rooms: scenario.rooms, publishers: scenario.publishers,
-                               subscribers: scenario.subscribers, durationSec: 0, packetsSent: 0, packetsForwarded: 0,
-                               packetsReceived: 0, lossPercent: 100, forwardedPps: 0, cpuMicrosPerForwardedPacket: 0,
-                               latencyP50Ms: 0, latencyP99Ms: 0, serverRssMB: 0, serverCpuPercent: 0, forwardedSource: "",
-                               latencySamples: 0, srtpProfile: "", videoBitrate: shape.videoBitrate, setupSec: 0,
-                               error: "\(error)")
+            return failed(scenario, shape, "\(error)")
         }
     }
+}
+
+/// The server of the scenario in progress (so a timed-out scenario's server can be stopped).
+final class ServerSlot: @unchecked Sendable {
+    private let lock = NSLock()
+    private var server: ServerProcess?
+    func set(_ s: ServerProcess) { lock.lock(); server = s; lock.unlock() }
+    func take() -> ServerProcess? { lock.lock(); defer { server = nil; lock.unlock() }; return server }
+}
+let runningServer = ServerSlot()
+
+/// A progress line on stderr (unbuffered, so a run can be followed live).
+func progress(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
 }
 
 /// `minato_rtp_packets_forwarded_total` from Minato's /metrics.

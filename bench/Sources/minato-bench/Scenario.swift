@@ -10,6 +10,8 @@ struct Scenario: Sendable, Codable {
     var allToAll: Bool
     var video: Bool
     var audio: Bool
+    /// Video bitrate per publisher (bit/s) unless `--video-bitrate` overrides it.
+    var videoBitrate: Int = 4_000_000
 
     /// Subscribing members per room.
     var subscribers: Int { allToAll ? members : members - publishers }
@@ -21,7 +23,9 @@ struct Scenario: Sendable, Codable {
         Scenario(name: "fanout-1-1", rooms: 1, members: 2, publishers: 1, allToAll: false, video: true, audio: false),
         Scenario(name: "fanout-1-10", rooms: 1, members: 11, publishers: 1, allToAll: false, video: true, audio: false),
         Scenario(name: "fanout-1-50", rooms: 1, members: 51, publishers: 1, allToAll: false, video: true, audio: false),
-        Scenario(name: "all-to-all-10", rooms: 1, members: 10, publishers: 10, allToAll: true, video: true, audio: true),
+        // Ten people in a grid call: each sends 1 Mbit/s video (a grid tile) and audio.
+        Scenario(name: "all-to-all-10", rooms: 1, members: 10, publishers: 10, allToAll: true, video: true, audio: true,
+                 videoBitrate: 1_000_000),
         // A 50-member audio room where 5 members speak (publish) and everyone listens.
         Scenario(name: "audio-50", rooms: 1, members: 50, publishers: 5, allToAll: true, video: false, audio: true),
     ]
