@@ -2,8 +2,9 @@
 # The RTP throughput benchmark, Minato and Janus side by side (issue 5, PERFORMANCE.md).
 #   bench/run.sh quick   fan-out 1->10 on both servers, 20 s window     -> bench/results/quick.{json,md,png}
 #   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
-#   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI)
-#                                                                        -> artifacts/bench/smoke.json
+#   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI;
+#                        debug builds: the server from `make test`'s .build, the generator in
+#                        bench/.build/debug, so CI skips two release builds)  -> artifacts/bench/smoke.json
 # Extra arguments go to `minato-bench run` (e.g. --video-bitrate 4000000 --duration 60).
 # Each server runs in its own loopback-only network namespace (unshare -n) together with the
 # load generator; nothing leaves `lo`. Installs what is missing first (Debian packages, the
@@ -26,16 +27,25 @@ bash scripts/install-deps.sh
 bash scripts/interop-setup.sh          # iproute2 (ip), the venv with matplotlib for the chart
 case " $SERVERS " in *" janus "*) bash scripts/janus-run.sh --setup ;; esac
 
-echo "bench: building bench/ (release)" >&2
-(cd bench && swift build -c release --product minato && swift build -c release --product minato-bench)
-BIN="$ROOT/bench/.build/release"
+if [ "$MODE" = smoke ]; then
+    echo "bench: building the server (debug, the root package) and minato-bench (debug)" >&2
+    swift build --product minato
+    (cd bench && swift build --product minato-bench)
+    BIN="$ROOT/bench/.build/debug"
+    SERVER_BIN="$ROOT/.build/debug/minato"
+else
+    echo "bench: building bench/ (release)" >&2
+    (cd bench && swift build -c release --product minato && swift build -c release --product minato-bench)
+    BIN="$ROOT/bench/.build/release"
+    SERVER_BIN="$BIN/minato"
+fi
 mkdir -p "$OUTDIR" artifacts/bench
 raws=()
 for server in $SERVERS; do
     raw="$ROOT/artifacts/bench/$MODE-$server.json"
     echo "bench: $server ($SCENARIOS, ${DURATION} s windows) in its own loopback-only namespace" >&2
     unshare -n sh -c 'ip link set lo up; exec "$@"' bench "$BIN/minato-bench" run --server "$server" \
-        --scenarios "$SCENARIOS" --duration "$DURATION" --minato-bin "$BIN/minato" \
+        --scenarios "$SCENARIOS" --duration "$DURATION" --minato-bin "$SERVER_BIN" \
         --janus-run "$ROOT/scripts/janus-run.sh" --log-dir "$ROOT/artifacts/bench" --out "$raw" \
         ${CHECK[@]+"${CHECK[@]}"} "$@"
     raws+=("$raw")
