@@ -42,7 +42,6 @@ final class RpcChannel: Sendable {
     private let outbound: AsyncStream<String>.Continuation
     private let notificationSink: AsyncStream<Notification>.Continuation
     let notifications: AsyncStream<Notification>
-    private let task: Mutex<Task<Void, Never>?> = Mutex(nil)
 
     private init(outbound: AsyncStream<String>.Continuation) {
         self.outbound = outbound
@@ -56,7 +55,7 @@ final class RpcChannel: Sendable {
         let opened = OpenSignal()
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
             opened.set(c)
-            let task = Task {
+            Task {
                 var reason = "closed by the server"
                 do {
                     var config = WebSocketClientConfiguration()
@@ -80,7 +79,6 @@ final class RpcChannel: Sendable {
                 opened.finish(ClientError.connectionClosed(reason))
                 channel.closed(reason)
             }
-            channel.task.withLock { $0 = task }
         }
         return channel
     }

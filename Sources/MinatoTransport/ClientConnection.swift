@@ -196,9 +196,9 @@ private func clientIceReceive(_ agent: OpaquePointer?, _ stream: guint, _ compon
 private func clientIceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
     let connection = Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue()
-    switch state {
-    case NICE_COMPONENT_STATE_CONNECTED.rawValue, NICE_COMPONENT_STATE_READY.rawValue: connection.iceConnected()
-    case NICE_COMPONENT_STATE_FAILED.rawValue: connection.iceFailed()
-    default: break
+    switch IceProgress(state) {
+    case .connected: connection.iceConnected()
+    case .failed: connection.iceFailed()
+    case .none: break
     }
 }

@@ -156,9 +156,21 @@ func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ 
 func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
     let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
-    switch state {
-    case NICE_COMPONENT_STATE_CONNECTED.rawValue, NICE_COMPONENT_STATE_READY.rawValue: transport.iceConnected()
-    case NICE_COMPONENT_STATE_FAILED.rawValue: transport.iceFailed()
-    default: break
+    switch IceProgress(state) {
+    case .connected: transport.iceConnected()
+    case .failed: transport.iceFailed()
+    case .none: break
+    }
+}
+
+/// What a libnice component state means to an agent's owner (server or client transport).
+enum IceProgress {
+    case connected, failed, none
+    init(_ state: guint) {
+        switch state {
+        case NICE_COMPONENT_STATE_CONNECTED.rawValue, NICE_COMPONENT_STATE_READY.rawValue: self = .connected
+        case NICE_COMPONENT_STATE_FAILED.rawValue: self = .failed
+        default: self = .none
+        }
     }
 }

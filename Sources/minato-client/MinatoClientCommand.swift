@@ -119,9 +119,12 @@ struct Subscribe: AsyncParsableCommand {
             for s in subscriptions {
                 guard let stream = try await me.packets(of: s) else { continue }
                 group.addTask {
-                    var packets = 0, keyFrames = 0, payloadTypes = Set<Int>()
+                    var packets = 0, keyFrames = 0, gaps = 0, payloadTypes = Set<Int>()
+                    var last: UInt16?
                     for await p in stream {
                         packets += 1
+                        if let last, p.sequenceNumber != last &+ 1 { gaps += 1 }
+                        last = p.sequenceNumber
                         payloadTypes.insert(Int(p.payloadType))
                         let pl = p.payload
                         // VP8: S=1, PID=0, then the payload header's P bit 0 = key frame.
@@ -140,7 +143,8 @@ struct Subscribe: AsyncParsableCommand {
                     return ["subscriptionId": .string(s.id), "publicationId": .string(s.publicationId),
                             "contentType": .string(s.contentType.rawValue), "codec": .string(s.codec?.encodingName ?? ""),
                             "payloadTypes": .array(payloadTypes.sorted().map { .number(Double($0)) }),
-                            "packets": .number(Double(packets)), "keyFrames": .number(Double(keyFrames))]
+                            "packets": .number(Double(packets)), "keyFrames": .number(Double(keyFrames)),
+                            "sequenceGaps": .number(Double(gaps))]
                 }
             }
             let window = common.seconds

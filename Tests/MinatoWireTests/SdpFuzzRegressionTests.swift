@@ -7,7 +7,7 @@ import Testing
     /// invalid UTF-8. It parses; serialization puts the lines in order, and that canonical text
     /// is a fixed point of parse -> serialize.
     @Test func outOfOrderSessionLinesSerializeCanonically() throws {
-        let bytes: [UInt8] = Array("v=0\r\no=- 1477786834790098766 0 IN IP4 0.0.0.0\r\ns=-\r\nt=".utf8) + [0xFF, 0xFF, 0xFF, 0xFF]
+        let bytes: [UInt8] = Array("v=0\r\no=- 1477786834790098766 0 IN IP4 127.0.0.1\r\ns=-\r\nt=".utf8) + [0xFF, 0xFF, 0xFF, 0xFF]
             + Array("Decodabla\r\ni=0ce-AptiSequencek\nt=".utf8) + [0xFF, 0xFF, 0xFF, 0xFF]
             + Array("Decodabla\r\ni=0ce-AptiSequencekle\r\na=group:BUNDcp-mule\r\na=group:BUNDcp-mux-only\r\n".utf8)
         let text = String(decoding: bytes, as: UTF8.self)

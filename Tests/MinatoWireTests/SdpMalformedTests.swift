@@ -2,7 +2,7 @@ import Testing
 @testable import MinatoWire
 
 @Suite struct SdpMalformedTests {
-    static let header = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
+    static let header = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
 
     /// Parses `text` and returns the error it must throw.
     func error(_ text: String) -> SdpError? {
@@ -71,20 +71,20 @@ import Testing
     @Test func headerOrder() {
         #expect(error("")?.line == 1)
         #expect(error("\r\n\r\n")?.line == 1)
-        #expect(error("o=- 1 1 IN IP4 0.0.0.0\r\nv=0\r\n")?.reason == "first line must be v=")
+        #expect(error("o=- 1 1 IN IP4 127.0.0.1\r\nv=0\r\n")?.reason == "first line must be v=")
         #expect(error("v=x\r\n")?.reason == "v= is not a number")
         #expect(error("v=0\r\ns=-\r\n").map { ($0.line, $0.reason) }! == (2, "second line must be o="))
         #expect(error("v=0\r\no=- 1 1 IN IP4\r\ns=-\r\n").map { ($0.line, $0.reason) }! == (2, "o= line needs 6 fields"))
-        #expect(error("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\nt=0 0\r\n").map { ($0.line, $0.reason) }! == (3, "third line must be s="))
-        #expect(error("v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\n").map { ($0.line, $0.reason) }! == (3, "s= line missing"))
+        #expect(error("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\nt=0 0\r\n").map { ($0.line, $0.reason) }! == (3, "third line must be s="))
+        #expect(error("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\n").map { ($0.line, $0.reason) }! == (3, "s= line missing"))
         #expect(error("v=0\r\n").map { ($0.line, $0.reason) }! == (2, "o= line missing"))
-        #expect(error(Self.header + "o=- 1 1 IN IP4 0.0.0.0\r\n")?.reason == "duplicate o= line")
+        #expect(error(Self.header + "o=- 1 1 IN IP4 127.0.0.1\r\n")?.reason == "duplicate o= line")
         #expect(error(Self.header + "s=again\r\n")?.reason == "duplicate s= line")
     }
 
     @Test func tolerated() throws {
         // Minimal description without t= or media; LF endings; trailing blank lines.
-        let s = try SessionDescription.parse("v=0\no=- 1 1 IN IP4 0.0.0.0\ns=-\n\n\n")
+        let s = try SessionDescription.parse("v=0\no=- 1 1 IN IP4 127.0.0.1\ns=-\n\n\n")
         #expect(s.media.isEmpty && s.timing == nil)
         // Non-RTP m= line with non-numeric formats; empty attribute value; extmap with direction.
         let t = try SessionDescription.parse(Self.header + """

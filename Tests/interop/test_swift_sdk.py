@@ -73,6 +73,7 @@ async def aiortc_to_swift(url: str) -> None:
         assert len(s["payloadTypes"]) == 1, s
         assert s["packets"] >= 30, s          # aiortc sends ~30 fps; 3 s window
         assert s["keyFrames"] >= 1, s         # the server waits for a key frame before forwarding
+        assert s["sequenceGaps"] == 0, s      # one contiguous, rewritten stream, decrypted packet by packet
         ev = await alice.conn.wait_event(event_matcher("publicationSubscribed"), timeout=5)
         assert ev["data"]["subscription"]["subscriberId"] == out["memberId"], ev
         assert ev["data"]["subscription"]["publicationId"] == pub.id, ev
