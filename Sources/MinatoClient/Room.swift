@@ -141,7 +141,8 @@ public final class SFURoom: Sendable {
             let result = try await channel.call("join", .object(p))
             guard let m = result["member"] else { throw ClientError.badResponse("no member in the join result") }
             let member = LocalSFURoomMember(member: try m.decode(Member.self), room: self, channel: channel,
-                                            keepaliveIntervalSec: keepaliveIntervalSec)
+                                            keepaliveIntervalSec: keepaliveIntervalSec,
+                                            reconnectSecret: result["reconnectSecret"]?.string)
             member.start()
             return member
         } catch {
@@ -223,6 +224,9 @@ public actor LocalSFURoomMember {
     private nonisolated let eventSink: AsyncStream<RoomEvent>.Continuation
     private nonisolated let channel: RpcChannel
     private nonisolated let keepaliveIntervalSec: Int
+    /// The join result's `reconnectSecret` (PROTOCOL "keepalive"): sent with every keepalive; the
+    /// server lets another connection take this member over only with it. Never logged or exposed.
+    private nonisolated let reconnectSecret: String?
     private let media = WorkerBound(MemberMedia())
     private var tracks: [OfferedTrack] = []
     private var publicationMids: [String: String] = [:]   // publication id -> mid
@@ -234,11 +238,12 @@ public actor LocalSFURoomMember {
     private var tasks: [Task<Void, Never>] = []
     private var left = false
 
-    init(member: Member, room: SFURoom, channel: RpcChannel, keepaliveIntervalSec: Int) {
+    init(member: Member, room: SFURoom, channel: RpcChannel, keepaliveIntervalSec: Int, reconnectSecret: String?) {
         self.member = member
         self.room = room
         self.channel = channel
         self.keepaliveIntervalSec = keepaliveIntervalSec
+        self.reconnectSecret = reconnectSecret
         (events, eventSink) = AsyncStream<RoomEvent>.makeStream()
     }
 
@@ -261,11 +266,14 @@ public actor LocalSFURoomMember {
             sink.finish()
         })
         let period = max(1, keepaliveIntervalSec / 3)
+        var keepalive: [String: JSON] = ["memberId": .string(id)]
+        if let reconnectSecret { keepalive["reconnectSecret"] = .string(reconnectSecret) }
+        let keepaliveParams = JSON.object(keepalive)
         tasks.append(Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(period))
                 if Task.isCancelled { break }
-                _ = try? await channel.call("keepalive", ["memberId": .string(id)])
+                _ = try? await channel.call("keepalive", keepaliveParams)
             }
         })
     }

@@ -200,6 +200,30 @@ class Connection:
     def is_open(self) -> bool:
         return self.closed is not None and not self.closed.done()
 
+    async def room_events_page(self, room_id: str, offset: int, limit: Optional[int] = None,
+                               timeout: float = 15) -> tuple[list[dict], Optional[int]]:
+        """One `subscribeRoomEvents` page: (events with version > offset, at most `limit` of them
+        (server default 100), nextOffset). nextOffset is the version to ask from next while more
+        remain, else None. The first call also starts live roomEvents on this socket."""
+        params: dict = {"roomId": room_id, "offset": offset}
+        if limit is not None:
+            params["limit"] = limit
+        res = await self.call("subscribeRoomEvents", params, timeout=timeout)
+        return res["events"], res.get("nextOffset")
+
+    async def room_events(self, room_id: str, offset: int = 0, limit: Optional[int] = None,
+                          max_pages: int = 10_000) -> list[dict]:
+        """Every event after `offset`, following `nextOffset` page after page (`limit` per page)."""
+        out: list[dict] = []
+        for _ in range(max_pages):
+            page, nxt = await self.room_events_page(room_id, offset, limit)
+            out += page
+            if nxt is None:
+                return out
+            assert isinstance(nxt, int) and nxt > offset, f"nextOffset {nxt!r} does not move past offset {offset}"
+            offset = nxt
+        raise AssertionError(f"{self.label}: subscribeRoomEvents still had more after {max_pages} pages")
+
     async def close(self) -> None:
         if self.ws is not None:
             await self.ws.close()
@@ -254,6 +278,7 @@ class Member:
         self.label = label
         self.member: dict = {}
         self.room: dict = {}
+        self.reconnect_secret: Optional[str] = None   # the join result's reconnectSecret
         self.send_pc: Optional[RTCPeerConnection] = None
         self.recv_pc: Optional[RTCPeerConnection] = None
         self._recv_lock = asyncio.Lock()
@@ -273,20 +298,58 @@ class Member:
         m = cls(conn, label=name)
         res = await conn.call("join", {"roomId": room_id, "name": name, **extra})
         m.member, m.room = res["member"], res["room"]
+        m.reconnect_secret = res.get("reconnectSecret")
         if keepalive:
             interval = float(extra.get("keepaliveIntervalSec", 30))
             m.start_keepalive(max(0.5, min(interval / 2, 5.0)))
         return m
 
+    def keepalive_params(self) -> dict:
+        """`keepalive` params: the member id and, when the join gave one, its reconnectSecret."""
+        params = {"memberId": self.id}
+        if self.reconnect_secret is not None:
+            params["reconnectSecret"] = self.reconnect_secret
+        return params
+
+    async def keepalive(self, timeout: float = 5) -> dict:
+        """One `keepalive` on this member's current connection -> {ttlSec}."""
+        return await self.conn.call("keepalive", self.keepalive_params(), timeout=timeout)
+
     def start_keepalive(self, period: float) -> None:
         async def loop() -> None:
             while True:
                 await asyncio.sleep(period)
+                conn = self.conn
                 try:
-                    await self.conn.call("keepalive", {"memberId": self.id}, timeout=5)
+                    await self.keepalive()
                 except (RpcError, ConnectionError, asyncio.TimeoutError, websockets.ConnectionClosed):
-                    return
+                    if self.conn is conn:
+                        return
+                    # taken over meanwhile: keep going on the new socket
         self._keepalive_task = asyncio.ensure_future(loop())
+
+    async def take_over(self, url: Optional[str] = None, label: Optional[str] = None,
+                        close_old: bool = True) -> dict:
+        """Reconnects: opens a new socket (to `url`, default this member's) and takes the member
+        over with `keepalive {memberId, reconnectSecret}`; this object then uses the new socket
+        (server offers included). The old socket is closed unless `close_old` is false (the
+        caller closes it). Returns the keepalive result."""
+        old = self.conn
+        conn = await Connection(url or old.url, label=label or f"{self.label}-2").connect()
+        # Switched before the keepalive: the server may re-send an unanswered offer on the new
+        # socket as part of the takeover, even before the keepalive's response arrives.
+        conn.on_offer = self._on_offer_notification
+        self.conn = conn
+        try:
+            res = await conn.call("keepalive", self.keepalive_params())
+        except BaseException:
+            self.conn = old
+            await conn.close()
+            raise
+        old.on_offer = None
+        if close_old:
+            await old.close()
+        return res
 
     # ---- send side -------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 (a) three pages join one room with fake camera + mic; each decodes video from both others and
     receives their audio; join() -> first decoded remote frame is measured and printed;
     SDK objects, events and MinatoError names; (d) a page that dies without leaving is gone from
-    the others' member lists within the configured gap; a WebSocket reconnect replays missed events.
+    the others' member lists within the configured gap; a WebSocket reconnect takes the member over
+    with its (private) reconnectSecret and replays missed events, more than one page of them.
 """
 from __future__ import annotations
 
@@ -288,16 +289,25 @@ def test_reconnect_replays_missed_events(server, pages):
     b.evaluate("() => T.join('b', {}, null)")
     wait_js(b, "async () => (await T.stats()).some((s) => s.framesDecoded > 0)", timeout=30, what="b decodes a")
     version = a.evaluate("T.room.version")
-    # A's WebSocket drops; while it is away, B changes its metadata and A's video is disabled by nobody
-    # (A cannot send). A reconnects 1.5 s later, takes its member over and replays what it missed.
+    # The join's reconnectSecret stays inside the SDK: no property, not enumerable.
+    assert a.evaluate("() => 'reconnectSecret' in T.me || Object.keys(T.me).some((k) => /secret/i.test(k))") is False
+    # A's WebSocket drops; while it is away, B changes its metadata 121 times (more than one
+    # subscribeRoomEvents page of 100). A reconnects 1.5 s later, takes its member over with its
+    # reconnectSecret and replays what it missed, following nextOffset.
     a.evaluate("() => { T.context._signaling.ws.close(); }")
     wait_js(a, "() => T.context.connectionState === 'reconnecting'", timeout=5, what="a reconnecting")
-    b.evaluate("() => T.me.updateMetadata('while-away')")
+    b.evaluate("""async () => {
+        for (let i = 0; i < 120; i++) await T.me.updateMetadata(`while-away-${i}`);
+        await T.me.updateMetadata('while-away');
+    }""")
+    assert a.evaluate("T.context.connectionState") == "reconnecting", "a reconnected before b's updates were done"
     wait_js(a, "() => T.context.connectionState === 'connected'", timeout=20, what="a reconnected")
-    wait_until(lambda: [ev for ev in a.evaluate("T.events") if ev["type"] == "onMemberMetadataUpdated"], 10,
-               "a to learn b's metadata change")
-    assert a.evaluate("T.context.replayedEvents") >= 1, "the event should have come from the replay"
-    assert a.evaluate("T.room.members.find((m) => m.name === 'b').metadata") == "while-away"
+    wait_until(lambda: a.evaluate("T.room.members.find((m) => m.name === 'b').metadata") == "while-away", 10,
+               "a to learn b's last metadata change")
+    replayed = a.evaluate("T.context.replayedEvents")
+    assert replayed >= 121, f"only {replayed} events came from the replay: it should follow nextOffset past one page"
+    updates = [ev["metadata"] for ev in a.evaluate("T.events") if ev["type"] == "onMemberMetadataUpdated"]
+    assert updates == [f"while-away-{i}" for i in range(120)] + ["while-away"], updates[:5] + ["…"] + updates[-5:]
     assert a.evaluate("T.room.version") > version
     # A is still the same member, and the media never stopped.
     assert [m["id"] for m in b.evaluate("T.members()") if m["name"] == "a"] == [a_id]

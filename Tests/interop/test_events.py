@@ -1,8 +1,10 @@
-"""Room events: strictly increasing `version` per member, `subscribeRoomEvents` history,
-`replace:true` join (old member leaves with reason `replaced`), duplicate names refused."""
+"""Room events: strictly increasing `version` per member, `subscribeRoomEvents` history (paged:
+`{roomId, offset, limit?}` -> `{events, nextOffset}`), `replace:true` join (old member leaves
+with reason `replaced`), duplicate names refused."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 from media import SyntheticVideoTrack
 from minato_client import (
@@ -67,7 +69,7 @@ async def scenario(url: str) -> None:
 
         # --- subscribeRoomEvents from offset 0: the whole history, in order, then live events.
         obs = await Connection(url, "observer").connect(); conns.append(obs)
-        hist = (await obs.call("subscribeRoomEvents", {"roomId": rid, "offset": 0}))["events"]
+        hist = await obs.room_events(rid, 0)
         assert_strictly_increasing("history", hist)
         assert versions(hist) == list(range(base + 1, base + 1 + len(hist))), versions(hist)
         seen = {e["version"]: (e["type"], e.get("reason")) for e in a.conn.events}
@@ -81,8 +83,21 @@ async def scenario(url: str) -> None:
             assert t in types, f"history lacks {t}: {types}"
         assert hist[-1]["version"] == va[-1], (versions(hist), va)
         # offset k returns only version > k
-        part = (await dup.call("subscribeRoomEvents", {"roomId": rid, "offset": base + 3}))["events"]
+        part = await dup.room_events(rid, base + 3)
         assert versions(part) == [v for v in versions(hist) if v > base + 3], versions(part)
+        # pages of 5: the same history; a page that leaves more behind ends at nextOffset
+        pager = await Connection(url, "pager").connect(); conns.append(pager)
+        pages, offset = [], base
+        while True:
+            page, nxt = await pager.room_events_page(rid, offset, limit=5)
+            assert 0 < len(page) <= 5 or (not page and nxt is None), (offset, versions(page), nxt)
+            pages.append(page)
+            if nxt is None:
+                break
+            assert nxt == page[-1]["version"], (versions(page), nxt)
+            offset = nxt
+        assert [v for p in pages for v in versions(p)] == versions(hist), [versions(p) for p in pages]
+        assert len(pages) == max(1, math.ceil(len(hist) / 5)), [versions(p) for p in pages]
         # live events follow on the observer socket
         await b.leave()
         ev = await obs.wait_event(event_matcher("memberLeft", member_id=b.id), timeout=5)
@@ -98,3 +113,45 @@ async def scenario(url: str) -> None:
 
 def test_event_versions_history_replace_and_duplicates(server):
     run_async(scenario(server.url), timeout=60)
+
+
+async def paging_scenario(url: str) -> None:
+    """More events than a page (default 100): the first page has 100 and nextOffset, the second
+    the rest and nextOffset null; `limit` outside 1...rooms.maxEventsPerPage is refused; asking
+    again on a subscribed socket does not duplicate its live events."""
+    room = await create_room(url, unique_name("paging"))
+    rid = room["id"]
+    base = room.get("version", 0)
+    a = await Member.join(url, rid, "A")
+    reader = None
+    try:
+        for i in range(130):
+            await a.conn.call("updateMemberMetadata", {"memberId": a.id, "metadata": f"m{i}"})
+        reader = await Connection(url, "reader").connect()
+        first, nxt = await reader.room_events_page(rid, base)
+        assert len(first) == 100 and nxt == first[-1]["version"], (len(first), nxt)
+        assert versions(first) == list(range(base + 1, base + 101)), versions(first)
+        second, nxt2 = await reader.room_events_page(rid, nxt)
+        assert nxt2 is None and versions(second) == list(range(base + 101, base + 132)), (versions(second), nxt2)
+        assert second[-1]["type"] == "memberMetadataUpdated" and second[-1]["data"]["member"]["metadata"] == "m129"
+        assert versions(await reader.room_events(rid, base, limit=100)) == list(range(base + 1, base + 132))
+        # the end of the log: no events, nextOffset null
+        assert await reader.room_events_page(rid, base + 131) == ([], None)
+        for bad in (0, -1, 101):
+            resp = await reader.call_raw("subscribeRoomEvents", {"roomId": rid, "offset": base, "limit": bad})
+            assert_rpc_error(resp, 400, "invalidParameter")
+        # live events reach the socket once, however often it asked for pages
+        await a.conn.call("updateMemberMetadata", {"memberId": a.id, "metadata": "live"})
+        ev = await reader.wait_event(lambda e: e["type"] == "memberMetadataUpdated"
+                                     and e["data"]["member"]["metadata"] == "live", timeout=5)
+        await asyncio.sleep(0.3)
+        assert [e["version"] for e in reader.events].count(ev["version"]) == 1, versions(reader.events)
+        assert_strictly_increasing("reader live", reader.events)
+    finally:
+        if reader:
+            await reader.close()
+        await a.close()
+
+
+def test_subscribe_room_events_pages(server):
+    run_async(paging_scenario(server.url), timeout=60)

@@ -31,7 +31,7 @@ const FRIENDLY = {
   roomNameDuplicated: 'A room with that name exists already: join it instead.',
   roomNotFound: 'No such room (it may have been closed).',
   invalidParameter: 'Invalid input.',
-  limitExceeded: 'The room is full.',
+  limitExceeded: 'A server limit was reached (the room may be full, or this page has made too many rooms or members).',
   connectionLost: 'The connection to the server was lost.',
 };
 

@@ -12,7 +12,9 @@
 // negotiate) and one *recv* RTCPeerConnection (the server offers: subscribe results and `offer`
 // notifications, answered one at a time in arrival order). Candidates are trickled with
 // `iceCandidate`. The WebSocket reconnects by itself; after a reconnect each member is taken
-// over with `keepalive` and each room replays the events it missed with `subscribeRoomEvents`.
+// over with `keepalive` (which carries the member's `reconnectSecret` from its join result: the
+// server lets no other connection take a member over without it) and each room replays the
+// events it missed with `subscribeRoomEvents`, page after page until `nextOffset` is null.
 
 /** SDK version. */
 export const VERSION = '1.0.0';
@@ -294,7 +296,8 @@ class Signaling {
       return;
     }
     const p = this.pending.get(msg.id);
-    if (!p) { this.options.log('response to no request', msg); return; }
+    // Only the id: a late join result carries the member's reconnectSecret, which is never logged.
+    if (!p) { this.options.log('response to no request', msg && msg.id); return; }
     this.pending.delete(msg.id);
     clearTimeout(p.timer);
     if (msg.error) {
@@ -500,15 +503,22 @@ export class MinatoContext {
     }
   }
 
-  /** After a reconnect: take each member over (keepalive), then replay each room's missed events. */
+  /**
+   * After a reconnect: take each member over (`keepalive` with its reconnectSecret), then replay
+   * each room's missed events.
+   */
   async _resync() {
     for (const m of [...this._localMembers.values()]) {
       if (m._left) continue;
       try {
-        await this._signaling.request('keepalive', { memberId: m.id }, { immediate: true });
+        await this._signaling.request('keepalive', m._keepaliveParams(), { immediate: true });
       } catch (e) {
         if (e instanceof MinatoError && (e.name === 'memberNotFound' || e.name === 'notJoined')) {
           m._lostReason = 'keepaliveExpired';
+        } else if (e instanceof MinatoError && e.name === 'insufficientPermissions') {
+          // The server refused the takeover (the secret did not match, or the token's member
+          // rule no longer matches): this page cannot act as the member any more.
+          m._lostReason = 'takeoverRefused';
         } else {
           throw e;
         }
@@ -519,7 +529,12 @@ export class MinatoContext {
     }
     // Members the server no longer knows and whose memberLeft the replay did not show.
     for (const m of [...this._localMembers.values()]) {
-      if (!m._left && m._lostReason) {
+      if (m._left || !m._lostReason) continue;
+      if (m._lostReason === 'takeoverRefused') {
+        // Still in the room on the server (until its keepalive gap ends and memberLeft comes),
+        // but no longer this page's: stop acting as it, keep it in the member list.
+        m._teardown(m._lostReason);
+      } else {
         m.room._removeMemberLocally(m.id, m._lostReason);
       }
     }
@@ -661,6 +676,7 @@ export class SFURoom {
     const r = await this.context._request('join', params);
     const member = new LocalSFURoomMember(this, r.member, {
       keepaliveIntervalSec: init.keepaliveIntervalSec ?? 30,
+      reconnectSecret: r.reconnectSecret,
     });
     this._members.set(member.id, member);
     this.context._localMembers.set(member.id, member);
@@ -749,26 +765,47 @@ export class SFURoom {
   }
 
   async _startEvents() {
-    const offset = this.version;
     this._held = [];
     try {
-      const r = await this.context._request('subscribeRoomEvents', { roomId: this.id, offset });
-      this._applyReplay(r.events || [], offset);
+      await this._fetchEvents((params) => this.context._request('subscribeRoomEvents', params));
     } finally {
       this._releaseHeld();
     }
   }
 
+  /**
+   * Applies the room's events after `this.version` with `subscribeRoomEvents`, one page after
+   * the other: the server returns at most a page (100 by default) and `nextOffset`, the version
+   * to ask from next, while more remain (null on the last page). The first call also starts the
+   * live events on this socket; they are held meanwhile (`_held`), and `_apply` skips versions
+   * already applied.
+   * @param {(params: object) => Promise<any>} request
+   * @returns {Promise<number>} the number of events applied from the pages
+   */
+  async _fetchEvents(request) {
+    let applied = 0;
+    let offset = this.version;
+    for (;;) {
+      const r = await request({ roomId: this.id, offset });
+      const events = r.events || [];
+      applied += events.filter((e) => e.version > offset).length;
+      this._applyReplay(events, offset);
+      const next = r.nextOffset;
+      // null/absent: the last page. A nextOffset that does not move forward would loop forever.
+      if (typeof next !== 'number' || next <= offset || this.state === 'closed') break;
+      offset = next;
+    }
+    return applied;
+  }
+
   /** After a reconnect: the events after our version, then the live ones held meanwhile. */
   async _replay() {
     if (this.state === 'closed') return;
-    const offset = this.version;
     this._held = [];
     try {
-      const r = await this.context._signaling.request('subscribeRoomEvents', { roomId: this.id, offset }, { immediate: true });
-      const events = r.events || [];
-      this.context.replayedEvents += events.filter((e) => e.version > offset).length;
-      this._applyReplay(events, offset);
+      const replayed = await this._fetchEvents((params) =>
+        this.context._signaling.request('subscribeRoomEvents', params, { immediate: true }));
+      this.context.replayedEvents += replayed;
     } catch (e) {
       if (e instanceof MinatoError && e.name === 'roomNotFound') {
         this._held = null;
@@ -1006,9 +1043,20 @@ export class RemoteRoomMember extends RoomMember {}
  * The member this page joined as (SkyWay's LocalSFURoomMember).
  */
 export class LocalSFURoomMember extends RoomMember {
-  /** @param {SFURoom} room @param {MemberJSON} json @param {{keepaliveIntervalSec: number}} opts */
+  /**
+   * The join result's `reconnectSecret`: a new socket can take this member over only with it.
+   * A private field, so it is neither enumerable nor serialised, and the SDK never logs it.
+   * @type {string|undefined}
+   */
+  #reconnectSecret;
+
+  /**
+   * @param {SFURoom} room @param {MemberJSON} json
+   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string}} opts
+   */
   constructor(room, json, opts) {
     super(room, json);
+    this.#reconnectSecret = typeof opts.reconnectSecret === 'string' ? opts.reconnectSecret : undefined;
     this.side = 'local';
     this.context = room.context;
     this._keepaliveIntervalSec = opts.keepaliveIntervalSec;
@@ -1029,8 +1077,9 @@ export class LocalSFURoomMember extends RoomMember {
     /** The number of server offers this member answered. */
     this.answeredOffers = 0;
     /** Fires once when this member is no longer in the room; `reason` is the server's
-     * (`left`, `replaced`, `keepaliveExpired`, `transportClosed`, `kicked`, `roomClosed`).
-     * @type {MinatoEvent<{reason: string}>} */
+     * (`left`, `replaced`, `keepaliveExpired`, `transportClosed`, `kicked`, `roomClosed`), or the
+     * SDK's `takeoverRefused` (after a reconnect the server refused `keepalive` with
+     * `insufficientPermissions`). @type {MinatoEvent<{reason: string}>} */
     this.onLeft = new MinatoEvent();
     /** Fires when the member is lost for a reason other than its own leave or the room's close,
      * or a negotiation with the server fails. @type {MinatoEvent<MinatoError>} */
@@ -1050,12 +1099,19 @@ export class LocalSFURoomMember extends RoomMember {
     if (this._left) throw new MinatoError('notJoined', 'this member has left the room', { method });
   }
 
+  /** The params of `keepalive`: the member id and, when the server gave one, its reconnectSecret. */
+  _keepaliveParams() {
+    const params = { memberId: this.id };
+    if (this.#reconnectSecret !== undefined) params.reconnectSecret = this.#reconnectSecret;
+    return params;
+  }
+
   _startKeepalive() {
     const periodMs = Math.max(1000, Math.min(this._keepaliveIntervalSec * 1000 / 3, 10000));
     this._keepaliveTimer = setInterval(async () => {
       if (this._left || !this.context._signaling.isOpen) return;
       try {
-        await this.context._request('keepalive', { memberId: this.id }, { timeoutMs: periodMs * 2 });
+        await this.context._request('keepalive', this._keepaliveParams(), { timeoutMs: periodMs * 2 });
       } catch (e) {
         if (e instanceof MinatoError && e.name === 'memberNotFound' && !this._left) {
           this.room._removeMemberLocally(this.id, 'keepaliveExpired');
