@@ -1,8 +1,14 @@
-/// Index of a transport registered with a `MediaEngine` (one per WebRTC connection).
+/// Index of a transport registered with a `MediaEngine` (one per WebRTC connection): the
+/// engine's slot and that slot's generation. Slots are reused after `removeTransport`; the
+/// generation is bumped when a slot is freed, so an id kept past its removal never reaches
+/// the transport that reuses the slot (the engine treats it as unknown). A plain 8-byte value.
 public struct TransportIndex: Hashable, Sendable, CustomStringConvertible {
-    public let rawValue: Int32
-    public init(_ rawValue: Int32) { self.rawValue = rawValue }
-    public var description: String { "transport#\(rawValue)" }
+    /// Position in the engine's transport table.
+    public let slot: UInt32
+    /// The slot's generation when this id was handed out.
+    public let generation: UInt32
+    public init(slot: UInt32, generation: UInt32) { self.slot = slot; self.generation = generation }
+    public var description: String { "transport#\(slot).\(generation)" }
 }
 
 /// A Router groups the Producers and Consumers of one room; a Consumer may only attach to a
@@ -12,16 +18,22 @@ public struct RouterId: Hashable, Sendable {
     public init(_ rawValue: Int32) { self.rawValue = rawValue }
 }
 
+/// A Producer of a `MediaEngine`: slot and generation (see `TransportIndex`). A stale id (its
+/// producer was removed, the slot possibly reused) is a no-op or `unknownProducer`.
 public struct ProducerId: Hashable, Sendable, CustomStringConvertible {
-    public let rawValue: Int32
-    public init(_ rawValue: Int32) { self.rawValue = rawValue }
-    public var description: String { "producer#\(rawValue)" }
+    public let slot: UInt32
+    public let generation: UInt32
+    public init(slot: UInt32, generation: UInt32) { self.slot = slot; self.generation = generation }
+    public var description: String { "producer#\(slot).\(generation)" }
 }
 
+/// A Consumer of a `MediaEngine`: slot and generation (see `TransportIndex`). A stale id is a
+/// no-op or `unknownConsumer`.
 public struct ConsumerId: Hashable, Sendable, CustomStringConvertible {
-    public let rawValue: Int32
-    public init(_ rawValue: Int32) { self.rawValue = rawValue }
-    public var description: String { "consumer#\(rawValue)" }
+    public let slot: UInt32
+    public let generation: UInt32
+    public init(slot: UInt32, generation: UInt32) { self.slot = slot; self.generation = generation }
+    public var description: String { "consumer#\(slot).\(generation)" }
 }
 
 /// Monotonic time in nanoseconds. The engine never reads a clock: callers pass `now`.

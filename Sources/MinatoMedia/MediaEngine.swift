@@ -61,6 +61,8 @@ public struct ConsumerStats: Sendable {
 public final class MediaEngine {
     struct TransportEntry {
         var active = false
+        /// Bumped when the slot is freed; ids carry the generation they were made with.
+        var generation: UInt32 = 0
         var router = RouterId(-1)
         /// Our SSRC for RTCP feedback sent on this transport.
         var feedbackSsrc: UInt32 = 0
@@ -73,6 +75,7 @@ public final class MediaEngine {
 
     struct Producer {
         var active = false
+        var generation: UInt32 = 0
         var parameters: ProducerParameters
         var consumers = ContiguousArray<Int32>()
         var stream = RtpStream()
@@ -82,6 +85,7 @@ public final class MediaEngine {
 
     struct Consumer {
         var active = false
+        var generation: UInt32 = 0
         var parameters: ConsumerParameters
         var rewriter: SequenceRewriter
         /// Video waits for a keyframe before its first packet and after a resume.
@@ -105,6 +109,7 @@ public final class MediaEngine {
     private let outbox: UnsafeMutableRawPointer
     private let outboxSlots: Int
     private let pendingTransports: UnsafeMutablePointer<Int32>
+    private let pendingGenerations: UnsafeMutablePointer<UInt32>
     private let pendingLengths: UnsafeMutablePointer<Int32>
     private let pendingIsRtcp: UnsafeMutablePointer<Bool>
     public private(set) var transmitCount = 0
@@ -125,6 +130,7 @@ public final class MediaEngine {
         self.outboxSlots = outboxSlots
         outbox = UnsafeMutableRawPointer.allocate(byteCount: outboxSlots * Self.slotSize, alignment: 16)
         pendingTransports = .allocate(capacity: outboxSlots)
+        pendingGenerations = .allocate(capacity: outboxSlots)
         pendingLengths = .allocate(capacity: outboxSlots)
         pendingIsRtcp = .allocate(capacity: outboxSlots)
     }
@@ -132,6 +138,7 @@ public final class MediaEngine {
     deinit {
         outbox.deallocate()
         pendingTransports.deallocate()
+        pendingGenerations.deallocate()
         pendingLengths.deallocate()
         pendingIsRtcp.deallocate()
     }
@@ -145,90 +152,115 @@ public final class MediaEngine {
         entry.router = router
         entry.feedbackSsrc = feedbackSsrc
         if let slot = freeTransports.popLast() {
+            entry.generation = transports[Int(slot)].generation
             transports[Int(slot)] = entry
-            return TransportIndex(slot)
+            return TransportIndex(slot: UInt32(truncatingIfNeeded: slot), generation: entry.generation)
         }
         transports.append(entry)
-        return TransportIndex(Int32(transports.count - 1))
+        return TransportIndex(slot: UInt32(truncatingIfNeeded: transports.count - 1), generation: 0)
     }
 
     /// Removes a transport with every producer and consumer on it.
     public func removeTransport(_ t: TransportIndex) {
         guard isActive(t) else { return }
-        for c in transports[Int(t.rawValue)].consumers { removeConsumer(ConsumerId(c)) }
-        for (_, p) in transports[Int(t.rawValue)].receiveSsrcs where p >= 0 { removeProducer(ProducerId(p)) }
-        transports[Int(t.rawValue)] = TransportEntry()
-        freeTransports.append(t.rawValue)
+        let slot = Int(t.slot)
+        for c in transports[slot].consumers { removeConsumer(consumerId(Int(c))) }
+        for (_, p) in transports[slot].receiveSsrcs where p >= 0 { removeProducer(producerId(Int(p))) }
+        var entry = TransportEntry()
+        entry.generation = transports[slot].generation &+ 1
+        transports[slot] = entry
+        freeTransports.append(Int32(truncatingIfNeeded: slot))
     }
 
     public func addProducer(_ parameters: ProducerParameters) throws(MediaError) -> ProducerId {
         let t = parameters.transport
         guard isActive(t) else { throw .unknownTransport(t) }
-        for entry in transports[Int(t.rawValue)].receiveSsrcs
+        let ts = Int(t.slot)
+        for entry in transports[ts].receiveSsrcs
         where entry.ssrc == parameters.ssrc || (parameters.rtxSsrc != nil && entry.ssrc == parameters.rtxSsrc) {
             throw .ssrcInUse(entry.ssrc)
         }
+        if let rtx = parameters.rtxSsrc, rtx == parameters.ssrc { throw .ssrcInUse(rtx) }
         var producer = Producer(parameters: parameters)
         producer.active = true
         let id: Int32
-        if let slot = freeProducers.popLast() { producers[Int(slot)] = producer; id = slot }
-        else { producers.append(producer); id = Int32(producers.count - 1) }
-        transports[Int(t.rawValue)].receiveSsrcs.append((parameters.ssrc, id))
-        if let rtx = parameters.rtxSsrc { transports[Int(t.rawValue)].receiveSsrcs.append((rtx, -1 - id)) }
-        return ProducerId(id)
+        if let slot = freeProducers.popLast() {
+            producer.generation = producers[Int(slot)].generation
+            producers[Int(slot)] = producer
+            id = slot
+        } else {
+            producers.append(producer)
+            id = Int32(truncatingIfNeeded: producers.count - 1)
+        }
+        transports[ts].receiveSsrcs.append((parameters.ssrc, id))
+        if let rtx = parameters.rtxSsrc { transports[ts].receiveSsrcs.append((rtx, -1 - id)) }
+        return producerId(Int(id))
     }
 
     /// Removes a producer and every consumer of it.
     public func removeProducer(_ p: ProducerId) {
         guard isActive(p) else { return }
-        for c in producers[Int(p.rawValue)].consumers { removeConsumer(ConsumerId(c)) }
-        let t = Int(producers[Int(p.rawValue)].parameters.transport.rawValue)
-        transports[t].receiveSsrcs.removeAll { $0.producer == p.rawValue || $0.producer == -1 - p.rawValue }
-        producers[Int(p.rawValue)].active = false
-        producers[Int(p.rawValue)].consumers = []
-        freeProducers.append(p.rawValue)
+        let slot = Int(p.slot)
+        for c in producers[slot].consumers { removeConsumer(consumerId(Int(c))) }
+        let t = producers[slot].parameters.transport
+        let raw = Int32(truncatingIfNeeded: slot)
+        if isActive(t) { transports[Int(t.slot)].receiveSsrcs.removeAll { $0.producer == raw || $0.producer == -1 - raw } }
+        producers[slot].active = false
+        producers[slot].generation &+= 1
+        producers[slot].consumers = []
+        freeProducers.append(raw)
     }
 
     public func addConsumer(_ parameters: ConsumerParameters, now: Nanoseconds) throws(MediaError) -> ConsumerId {
         let p = parameters.producer
         guard isActive(p) else { throw .unknownProducer(p) }
         guard isActive(parameters.transport) else { throw .unknownTransport(parameters.transport) }
-        let pp = producers[Int(p.rawValue)].parameters
-        guard transports[Int(pp.transport.rawValue)].router == transports[Int(parameters.transport.rawValue)].router
+        let pp = producers[Int(p.slot)].parameters
+        guard isActive(pp.transport),
+              transports[Int(pp.transport.slot)].router == transports[Int(parameters.transport.slot)].router
         else { throw .routerMismatch }
         var rng = SystemRandomNumberGenerator()
-        let consumer = Consumer(
+        var consumer = Consumer(
             active: true, parameters: parameters,
             rewriter: SequenceRewriter(clockRate: pp.clockRate,
                                        initialSequence: UInt16.random(in: 0...0x7FFF, using: &rng),
                                        initialTimestamp: UInt32.random(in: 0...UInt32.max, using: &rng)),
             waitingForKeyFrame: pp.kind == .video)
         let id: Int32
-        if let slot = freeConsumers.popLast() { consumers[Int(slot)] = consumer; id = slot }
-        else { consumers.append(consumer); id = Int32(consumers.count - 1) }
-        producers[Int(p.rawValue)].consumers.append(id)
-        transports[Int(parameters.transport.rawValue)].consumers.append(id)
+        if let slot = freeConsumers.popLast() {
+            consumer.generation = consumers[Int(slot)].generation
+            consumers[Int(slot)] = consumer
+            id = slot
+        } else {
+            consumers.append(consumer)
+            id = Int32(truncatingIfNeeded: consumers.count - 1)
+        }
+        producers[Int(p.slot)].consumers.append(id)
+        transports[Int(parameters.transport.slot)].consumers.append(id)
         if pp.kind == .video { requestKeyFrame(p, now: now) }
-        return ConsumerId(id)
+        return consumerId(Int(id))
     }
 
     public func removeConsumer(_ c: ConsumerId) {
         guard isActive(c) else { return }
-        let params = consumers[Int(c.rawValue)].parameters
-        if isActive(params.producer) { producers[Int(params.producer.rawValue)].consumers.removeAll { $0 == c.rawValue } }
-        if isActive(params.transport) { transports[Int(params.transport.rawValue)].consumers.removeAll { $0 == c.rawValue } }
-        consumers[Int(c.rawValue)].active = false
-        freeConsumers.append(c.rawValue)
+        let slot = Int(c.slot)
+        let raw = Int32(truncatingIfNeeded: slot)
+        let params = consumers[slot].parameters
+        if isActive(params.producer) { producers[Int(params.producer.slot)].consumers.removeAll { $0 == raw } }
+        if isActive(params.transport) { transports[Int(params.transport.slot)].consumers.removeAll { $0 == raw } }
+        consumers[slot].active = false
+        consumers[slot].generation &+= 1
+        freeConsumers.append(raw)
     }
 
     /// Pauses (disabled publication) or resumes a producer; a resume asks for a keyframe and
     /// restarts every consumer's numbering continuously.
     public func setPaused(_ p: ProducerId, _ paused: Bool, now: Nanoseconds) {
-        guard isActive(p), producers[Int(p.rawValue)].parameters.paused != paused else { return }
-        producers[Int(p.rawValue)].parameters.paused = paused
+        guard isActive(p), producers[Int(p.slot)].parameters.paused != paused else { return }
+        producers[Int(p.slot)].parameters.paused = paused
         if !paused {
-            let isVideo = producers[Int(p.rawValue)].parameters.kind == .video
-            for c in producers[Int(p.rawValue)].consumers {
+            let isVideo = producers[Int(p.slot)].parameters.kind == .video
+            for c in producers[Int(p.slot)].consumers {
                 consumers[Int(c)].rewriter.resync()
                 consumers[Int(c)].waitingForKeyFrame = isVideo
             }
@@ -239,9 +271,9 @@ public final class MediaEngine {
     /// The transport (re)connected: its video consumers wait for a fresh keyframe, requested now.
     public func restartConsumers(on t: TransportIndex, now: Nanoseconds) {
         guard isActive(t) else { return }
-        for c in transports[Int(t.rawValue)].consumers {
+        for c in transports[Int(t.slot)].consumers {
             let p = consumers[Int(c)].parameters.producer
-            guard isActive(p), producers[Int(p.rawValue)].parameters.kind == .video else { continue }
+            guard isActive(p), producers[Int(p.slot)].parameters.kind == .video else { continue }
             consumers[Int(c)].waitingForKeyFrame = true
             requestKeyFrame(p, now: now)
         }
@@ -250,22 +282,31 @@ public final class MediaEngine {
     /// Asks the producer's sender for a keyframe, throttled per producer.
     public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds) {
         guard isActive(p) else { return }
-        if producers[Int(p.rawValue)].keyFrames.request(now: now) { emitKeyFrameRequest(Int(p.rawValue)) }
+        if producers[Int(p.slot)].keyFrames.request(now: now) { emitKeyFrameRequest(Int(p.slot)) }
     }
 
     public func producerStats(_ p: ProducerId) -> ProducerStats? {
         guard isActive(p) else { return nil }
-        let pr = producers[Int(p.rawValue)]
+        let pr = producers[Int(p.slot)]
         return ProducerStats(packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes, keyFrameRequests: pr.keyFrameRequests)
     }
     public func consumerStats(_ c: ConsumerId) -> ConsumerStats? {
         guard isActive(c) else { return nil }
-        return ConsumerStats(packetsSent: consumers[Int(c.rawValue)].packetsSent, bytesSent: consumers[Int(c.rawValue)].bytesSent)
+        return ConsumerStats(packetsSent: consumers[Int(c.slot)].packetsSent, bytesSent: consumers[Int(c.slot)].bytesSent)
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }
     public func countDrop(_ reason: DropReason) { drops[reason.rawValue] &+= 1 }
     public func lastReceived(on t: TransportIndex) -> Nanoseconds? {
-        isActive(t) ? transports[Int(t.rawValue)].lastReceivedAt : nil
+        isActive(t) ? transports[Int(t.slot)].lastReceivedAt : nil
+    }
+    /// True when RTP with `ssrc` is expected on `t` (a producer's SSRC or RTX SSRC there).
+    /// For the transport to drop packets of unknown streams before `srtp_unprotect`, which
+    /// would otherwise set up libsrtp state for each new SSRC. Allocation-free.
+    @inline(__always)
+    public func expectsSsrc(_ ssrc: UInt32, on t: TransportIndex) -> Bool {
+        guard isActive(t) else { return false }
+        for entry in transports[Int(t.slot)].receiveSsrcs where entry.ssrc == ssrc { return true }
+        return false
     }
     public var activeProducerCount: Int { producers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
     public var activeConsumerCount: Int { consumers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
@@ -276,10 +317,14 @@ public final class MediaEngine {
     public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds) {
         rtpPacketsReceived &+= 1
         rtpBytesReceived &+= UInt64(packet.count)
-        let t = Int(transport.rawValue)
-        guard t >= 0, t < transports.count, transports[t].active else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        let t = Int(transport.slot)
         transports[t].lastReceivedAt = now
-        guard let view = RtpPacketView(packet) else { drops[DropReason.malformedRtp.rawValue] &+= 1; return }
+        // A packet larger than an outbox slot would be forwarded cut short: malformed here.
+        guard packet.count <= Self.slotSize - Self.srtpTrailerRoom, let view = RtpPacketView(packet),
+              let source = packet.baseAddress else {
+            drops[DropReason.malformedRtp.rawValue] &+= 1; return
+        }
         let ssrc = view.ssrc
         var found: Int32 = Int32.min
         for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
@@ -306,8 +351,8 @@ public final class MediaEngine {
             }
             guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
             let slot = outbox + transmitCount * Self.slotSize
-            let length = min(packet.count, Self.slotSize - Self.srtpTrailerRoom)
-            slot.copyMemory(from: packet.baseAddress!, byteCount: length)
+            let length = packet.count
+            slot.copyMemory(from: source, byteCount: length)
             guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else { continue }
             let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
             var o = out
@@ -319,7 +364,8 @@ public final class MediaEngine {
             consumers[c].packetsSent &+= 1
             consumers[c].bytesSent &+= UInt64(length)
             consumers[c].octetsSent &+= UInt64(o.payloadLength)
-            pendingTransports[transmitCount] = consumers[c].parameters.transport.rawValue
+            pendingTransports[transmitCount] = Int32(truncatingIfNeeded: consumers[c].parameters.transport.slot)
+            pendingGenerations[transmitCount] = consumers[c].parameters.transport.generation
             pendingLengths[transmitCount] = Int32(length)
             pendingIsRtcp[transmitCount] = false
             transmitCount += 1
@@ -331,8 +377,8 @@ public final class MediaEngine {
     /// Handles one clear (compound) RTCP packet received on `transport`.
     public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
         rtcpPacketsReceived &+= 1
-        let t = Int(transport.rawValue)
-        guard t >= 0, t < transports.count, transports[t].active else { return }
+        guard isActive(transport) else { return }
+        let t = Int(transport.slot)
         transports[t].lastReceivedAt = now
         var it = RtcpIterator(packet)
         while let p = it.next() {
@@ -359,14 +405,16 @@ public final class MediaEngine {
         if now >= nextReportAt {
             nextReportAt = now &+ Self.reportInterval
             for p in producers.indices where producers[p].active && producers[p].stream.packets > 0 {
-                let t = Int(producers[p].parameters.transport.rawValue)
+                let transport = producers[p].parameters.transport
+                guard isActive(transport) else { continue }
+                let t = Int(transport.slot)
                 guard transmitCount < outboxSlots else { break }
                 let block = producers[p].stream.reportBlock(ssrc: producers[p].parameters.ssrc, now: now)
                 let slot = outbox + transmitCount * Self.slotSize
                 let n = RtcpWriter.receiverReport(
                     into: UnsafeMutableRawBufferPointer(start: slot, count: Self.slotSize - Self.srtpTrailerRoom),
                     senderSsrc: transports[t].feedbackSsrc, block: block)
-                if n > 0 { enqueue(transport: Int32(t), length: n, isRtcp: true) }
+                if n > 0 { enqueue(transport: transport, length: n, isRtcp: true) }
             }
         }
     }
@@ -374,25 +422,35 @@ public final class MediaEngine {
     // MARK: Outbox
 
     public func transmit(at i: Int) -> Transmit {
-        Transmit(transport: TransportIndex(pendingTransports[i]), isRtcp: pendingIsRtcp[i],
+        Transmit(transport: TransportIndex(slot: UInt32(truncatingIfNeeded: pendingTransports[i]),
+                                           generation: pendingGenerations[i]),
+                 isRtcp: pendingIsRtcp[i],
                  bytes: outbox + i * Self.slotSize, length: Int(pendingLengths[i]))
     }
     public func clearTransmits() { transmitCount = 0 }
 
     // MARK: Private
 
+    // An id is live when its slot exists, is in use, and still has the id's generation.
     @inline(__always) private func isActive(_ t: TransportIndex) -> Bool {
-        t.rawValue >= 0 && Int(t.rawValue) < transports.count && transports[Int(t.rawValue)].active
+        Int(t.slot) < transports.count && transports[Int(t.slot)].active && transports[Int(t.slot)].generation == t.generation
     }
     @inline(__always) private func isActive(_ p: ProducerId) -> Bool {
-        p.rawValue >= 0 && Int(p.rawValue) < producers.count && producers[Int(p.rawValue)].active
+        Int(p.slot) < producers.count && producers[Int(p.slot)].active && producers[Int(p.slot)].generation == p.generation
     }
     @inline(__always) private func isActive(_ c: ConsumerId) -> Bool {
-        c.rawValue >= 0 && Int(c.rawValue) < consumers.count && consumers[Int(c.rawValue)].active
+        Int(c.slot) < consumers.count && consumers[Int(c.slot)].active && consumers[Int(c.slot)].generation == c.generation
+    }
+    private func producerId(_ slot: Int) -> ProducerId {
+        ProducerId(slot: UInt32(truncatingIfNeeded: slot), generation: producers[slot].generation)
+    }
+    private func consumerId(_ slot: Int) -> ConsumerId {
+        ConsumerId(slot: UInt32(truncatingIfNeeded: slot), generation: consumers[slot].generation)
     }
 
-    private func enqueue(transport: Int32, length: Int, isRtcp: Bool) {
-        pendingTransports[transmitCount] = transport
+    private func enqueue(transport: TransportIndex, length: Int, isRtcp: Bool) {
+        pendingTransports[transmitCount] = Int32(truncatingIfNeeded: transport.slot)
+        pendingGenerations[transmitCount] = transport.generation
         pendingLengths[transmitCount] = Int32(length)
         pendingIsRtcp[transmitCount] = isRtcp
         transmitCount += 1
@@ -400,8 +458,8 @@ public final class MediaEngine {
 
     private func emitKeyFrameRequest(_ p: Int) {
         let params = producers[p].parameters
-        guard params.keyFrameRequest != .none, transmitCount < outboxSlots else { return }
-        let t = Int(params.transport.rawValue)
+        guard params.keyFrameRequest != .none, transmitCount < outboxSlots, isActive(params.transport) else { return }
+        let t = Int(params.transport.slot)
         let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
                                                  count: Self.slotSize - Self.srtpTrailerRoom)
         let n: Int
@@ -412,7 +470,7 @@ public final class MediaEngine {
             n = RtcpWriter.pli(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc)
         }
         guard n > 0 else { return }
-        enqueue(transport: Int32(t), length: n, isRtcp: true)
+        enqueue(transport: params.transport, length: n, isRtcp: true)
         producers[p].keyFrameRequests &+= 1
         keyFrameRequestsSent &+= 1
     }
@@ -444,7 +502,7 @@ public final class MediaEngine {
                 rtpTimestamp: consumer.rewriter.translate(timestamp: sr.rtpTimestamp),
                 packetCount: UInt32(truncatingIfNeeded: consumer.packetsSent),
                 octetCount: UInt32(truncatingIfNeeded: consumer.octetsSent))
-            if n > 0 { enqueue(transport: consumer.parameters.transport.rawValue, length: n, isRtcp: true) }
+            if n > 0 { enqueue(transport: consumer.parameters.transport, length: n, isRtcp: true) }
         }
     }
 }

@@ -10,7 +10,8 @@ public struct RtpStream: Sendable {
     private var expectedPrior: UInt64 = 0
     private var receivedPrior: UInt64 = 0
     private var jitterQ4: UInt32 = 0
-    private var lastTransit: Int64 = 0
+    /// Relative transit time of the last packet (RFC 3550 A.8), in timestamp units modulo 2^32.
+    private var lastTransit: UInt32 = 0
     private var hasTransit = false
     /// Middle 32 bits of the last sender report's NTP time, and when it arrived.
     public private(set) var lastSenderReport: UInt32 = 0
@@ -28,13 +29,13 @@ public struct RtpStream: Sendable {
         else if ext > highestSequence { highestSequence = ext }
         packets &+= 1
         bytes &+= UInt64(length)
-        // Interarrival jitter in timestamp units.
-        let arrival = Int64(truncatingIfNeeded: (now / 1000) &* UInt64(clockRate) / 1_000_000)
-        let transit = arrival &- Int64(timestamp)
+        // Interarrival jitter in timestamp units (RFC 3550 A.8), in the RTP timestamp's own
+        // modulo-2^32 arithmetic so neither the timestamp's wrap nor any uptime disturbs it.
+        let arrival = UInt32(truncatingIfNeeded: mediaTicks(now, clockRate: clockRate))
+        let transit = arrival &- timestamp
         if hasTransit {
-            var d = transit &- lastTransit
-            if d < 0 { d = -d }
-            let dq = UInt32(truncatingIfNeeded: min(d, Int64(UInt32.max >> 5)))
+            let d = Int32(bitPattern: transit &- lastTransit).magnitude
+            let dq = min(d, UInt32.max >> 5)
             jitterQ4 = jitterQ4 &+ dq &- ((jitterQ4 &+ 8) >> 4)
         }
         lastTransit = transit
@@ -50,20 +51,30 @@ public struct RtpStream: Sendable {
 
     /// A report block for this stream; updates the "prior" counters (RFC 3550 A.3).
     public mutating func reportBlock(ssrc: UInt32, now: Nanoseconds) -> ReportBlock {
+        // Wrapping and full-width forms throughout: nothing here traps on any input or uptime.
         let expected = highestSequence &- baseSequence &+ 1
-        let lost = Int64(expected) - Int64(packets)
+        let lost = Int64(truncatingIfNeeded: expected) &- Int64(truncatingIfNeeded: packets)
         let expectedInterval = expected &- expectedPrior
         let receivedInterval = packets &- receivedPrior
         expectedPrior = expected
         receivedPrior = packets
-        let lostInterval = Int64(expectedInterval) - Int64(receivedInterval)
         var fraction: UInt8 = 0
-        if expectedInterval > 0 && lostInterval > 0 {
-            fraction = UInt8(truncatingIfNeeded: min(255, (lostInterval << 8) / Int64(expectedInterval)))
+        if expectedInterval > 0, expectedInterval > receivedInterval {
+            let lostInterval = expectedInterval - receivedInterval
+            if lostInterval >= expectedInterval {
+                fraction = 255
+            } else {
+                // lostInterval < expectedInterval, so the quotient is below 256 and fits.
+                let q = expectedInterval.dividingFullWidth(lostInterval.multipliedFullWidth(by: 256)).quotient
+                fraction = UInt8(truncatingIfNeeded: min(255, q))
+            }
         }
         var dlsr: UInt32 = 0
         if lastSenderReportAt != 0 {
-            dlsr = UInt32(truncatingIfNeeded: (now &- lastSenderReportAt) * 65_536 / 1_000_000_000)
+            // Units of 1/65536 s; saturates (after about 18 hours without a sender report).
+            let elapsed = now &- lastSenderReportAt
+            let units = (elapsed / 1_000_000_000) &* 65_536 &+ (elapsed % 1_000_000_000) * 65_536 / 1_000_000_000
+            dlsr = UInt32(clamping: units)
         }
         return ReportBlock(
             ssrc: ssrc, fractionLost: fraction,
@@ -71,4 +82,13 @@ public struct RtpStream: Sendable {
             extendedHighestSequence: UInt32(truncatingIfNeeded: highestSequence),
             jitter: jitterQ4 >> 4, lastSR: lastSenderReport, delaySinceLastSR: dlsr)
     }
+}
+
+/// `ns` nanoseconds counted in ticks of a `clockRate` Hz media clock, modulo 2^64. Split into
+/// whole seconds and the remainder so no product can overflow (the remainder times any
+/// 32-bit rate stays below 2^63): exact for every uptime, never traps.
+@inline(__always)
+func mediaTicks(_ ns: Nanoseconds, clockRate: UInt32) -> UInt64 {
+    let rate = UInt64(clockRate)
+    return (ns / 1_000_000_000) &* rate &+ (ns % 1_000_000_000) * rate / 1_000_000_000
 }

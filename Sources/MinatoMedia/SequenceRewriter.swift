@@ -32,7 +32,8 @@ public struct SequenceRewriter: Sendable {
             var nextTs = lastTimestamp
             if started {
                 let elapsed = now &- lastSentAt
-                let ticks = UInt32(truncatingIfNeeded: (elapsed / 1000) &* UInt64(clockRate) / 1_000_000)
+                // RTP timestamps wrap modulo 2^32 by design; the tick count itself never overflows.
+                let ticks = UInt32(truncatingIfNeeded: mediaTicks(elapsed, clockRate: clockRate))
                 nextTs = lastTimestamp &+ max(ticks, 1)
             }
             sequenceOffset = nextSeq &- sequence

@@ -8,5 +8,5 @@ public import MinatoMedia
 public func monotonicNow() -> Nanoseconds {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+    return UInt64(truncatingIfNeeded: ts.tv_sec) &* 1_000_000_000 &+ UInt64(truncatingIfNeeded: ts.tv_nsec)
 }

@@ -63,7 +63,7 @@ final class DtlsTransport {
         case .failed, .closed: return .none
         case .connecting, .connected: break
         }
-        BIO_write(readBio, base, Int32(datagram.count))
+        BIO_write(readBio, base, Int32(clamping: datagram.count))
         if state == .connected {
             // Post-handshake traffic (alerts, retransmitted finished): drain it.
             var sink = [UInt8](repeating: 0, count: 2048)

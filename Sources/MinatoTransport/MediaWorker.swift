@@ -43,20 +43,24 @@ public final class MediaWorker: Sendable {
 
     typealias Inbox = WorkerInbox<WorkerCore>
 
+    /// `transportTimeout`: a connected transport that received no media or RTCP for this long
+    /// is closed. `connectTimeout`: a transport whose ICE and DTLS have not connected this long
+    /// after it was created is closed (reason "connect timeout: …"). Zero disables either.
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
-                transportTimeout: Duration, logger: Logger) {
+                transportTimeout: Duration, connectTimeout: Duration = .seconds(20), logger: Logger) {
         self.index = index
         let context = g_main_context_new()!
         let inbox = Inbox(context: context)
         self.inbox = inbox
         let (stream, continuation) = AsyncStream<WorkerEvent>.makeStream()
         self.events = stream
-        let timeoutNs = UInt64(transportTimeout.components.seconds) * 1_000_000_000
+        let timeoutNs = nanoseconds(of: transportTimeout)
+        let connectTimeoutNs = nanoseconds(of: connectTimeout)
         let box = UncheckedBox((context, runtime, ice, continuation, logger))
         let thread = Thread {
             let (context, runtime, ice, continuation, logger) = box.value
             let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
-                                  transportTimeout: timeoutNs, logger: logger)
+                                  transportTimeout: timeoutNs, connectTimeout: connectTimeoutNs, logger: logger)
             core.run(inbox: inbox)
         }
         thread.name = "minato-media-\(index)"
@@ -73,6 +77,17 @@ public final class MediaWorker: Sendable {
 
     /// Stops the thread after closing every transport.
     public func shutdown() { inbox.post { $0.stop() } }
+}
+
+/// A duration in whole nanoseconds for the worker's timers: negative is 0 (disabled), and
+/// anything beyond UInt64 nanoseconds (584 years) saturates. Never traps.
+func nanoseconds(of d: Duration) -> Nanoseconds {
+    let (seconds, attoseconds) = d.components
+    guard seconds >= 0, attoseconds >= 0 || seconds > 0 else { return 0 }
+    let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+    if overflow { return .max }
+    let (sum, overflow2) = whole.addingReportingOverflow(UInt64(clamping: attoseconds / 1_000_000_000))
+    return overflow2 ? .max : sum
 }
 
 struct UncheckedBox<T>: @unchecked Sendable { let value: T; init(_ v: T) { value = v } }
@@ -121,6 +136,7 @@ public final class WorkerCore {
     let logger: Logger
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
     private let transportTimeout: Nanoseconds
+    private let connectTimeout: Nanoseconds
     private var transports: [TransportId: WebRtcTransport] = [:]
     /// Engine transport index -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
@@ -128,12 +144,14 @@ public final class WorkerCore {
     private var thread: pthread_t?
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
-         events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds, logger: Logger) {
+         events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds,
+         connectTimeout: Nanoseconds = 20_000_000_000, logger: Logger) {
         self.context = context
         self.runtime = runtime
         self.ice = ice
         self.eventSink = events
         self.transportTimeout = transportTimeout
+        self.connectTimeout = connectTimeout
         self.logger = logger
     }
 
@@ -177,8 +195,8 @@ public final class WorkerCore {
         do {
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             transports[id] = transport
-            while byIndex.count <= Int(index.rawValue) { byIndex.append(nil) }
-            byIndex[Int(index.rawValue)] = transport
+            while byIndex.count <= Int(index.slot) { byIndex.append(nil) }
+            byIndex[Int(index.slot)] = transport
             return description
         } catch {
             engine.removeTransport(index)
@@ -226,7 +244,7 @@ public final class WorkerCore {
         guard let t = transports.removeValue(forKey: id) else { return }
         t.close(reason: nil)
         engine.removeTransport(t.index)
-        byIndex[Int(t.index.rawValue)] = nil
+        if Int(t.index.slot) < byIndex.count, byIndex[Int(t.index.slot)] === t { byIndex[Int(t.index.slot)] = nil }
     }
 
     public var counters: WorkerCounters {
@@ -249,8 +267,10 @@ public final class WorkerCore {
         var i = 0
         while i < n {
             let tx = engine.transmit(at: i)
-            let ti = Int(tx.transport.rawValue)
-            if ti < byIndex.count, let t = byIndex[ti], let srtp = t.srtp,
+            let ti = Int(tx.transport.slot)
+            // The generation check keeps a packet for a closed transport from reaching the one
+            // that reused its slot.
+            if ti < byIndex.count, let t = byIndex[ti], t.index == tx.transport, let srtp = t.srtp,
                let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length) : srtp.protectRtp(tx.bytes, length: tx.length) {
                 batch.bases[i] = tx.bytes
                 batch.lengths[i] = length
@@ -292,18 +312,29 @@ public final class WorkerCore {
         eventSink.yield(.transportClosed(t.id, reason: reason))
     }
 
+    static func secondsText(_ ns: Nanoseconds) -> String {
+        let tenths = ns / 100_000_000
+        return tenths % 10 == 0 ? "\(tenths / 10)" : "\(tenths / 10).\(tenths % 10)"
+    }
+
     private func tick() {
         let now = monotonicNow()
         engine.handleTimeout(now: now)
         var expired: [WebRtcTransport] = []
+        var unconnected: [WebRtcTransport] = []
         for t in transports.values {
             t.tick(now: now)
             if transportTimeout > 0, t.sawMedia, let last = engine.lastReceived(on: t.index), last > 0,
                now &- last > transportTimeout {
                 expired.append(t)
+            } else if connectTimeout > 0, t.state != .connected, now > t.createdAt, now - t.createdAt > connectTimeout {
+                unconnected.append(t)
             }
         }
         for t in expired { transportFailed(t, reason: "no media or RTCP for \(transportTimeout / 1_000_000_000) s") }
+        for t in unconnected {
+            transportFailed(t, reason: "connect timeout: ICE and DTLS did not connect within \(Self.secondsText(connectTimeout)) s")
+        }
         flush()
     }
 }

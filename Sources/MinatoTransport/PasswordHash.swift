@@ -23,11 +23,13 @@ public struct PasswordHash: Sendable {
 
     private static func derive(_ password: String, salt: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
-        let bytes = Array(password.utf8)
-        bytes.withUnsafeBufferPointer { p in
-            p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: max(1, bytes.count)) { pass in
-                _ = PKCS5_PBKDF2_HMAC(pass, Int32(bytes.count), salt, Int32(salt.count), iterations, EVP_sha256(), 32, &out)
-            }
+        // A trailing NUL keeps the buffer non-empty (an empty array has no base address) and is
+        // not part of the passed length, so the empty password hashes like any other.
+        let bytes = Array(password.utf8) + [0]
+        let length = Int32(clamping: bytes.count - 1)
+        bytes.withUnsafeBytes { raw in
+            let pass = raw.baseAddress?.assumingMemoryBound(to: CChar.self)
+            _ = PKCS5_PBKDF2_HMAC(pass, length, salt, Int32(salt.count), iterations, EVP_sha256(), 32, &out)
         }
         return out
     }

@@ -75,26 +75,26 @@ public final class SrtpSession {
     /// Decrypts an SRTP packet in place; returns the clear length, or nil if it fails auth/replay.
     @inline(__always)
     public func unprotectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
-        var len = Int32(length)
+        guard var len = Int32(exactly: length) else { return nil }
         return srtp_unprotect(inbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     @inline(__always)
     public func unprotectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
-        var len = Int32(length)
+        guard var len = Int32(exactly: length) else { return nil }
         return srtp_unprotect_rtcp(inbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     /// Encrypts in place; the buffer must have `maxTrailer` bytes of room after `length`.
     @inline(__always)
     public func protectRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
-        var len = Int32(length)
+        guard var len = Int32(exactly: length) else { return nil }
         return srtp_protect(outbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 
     @inline(__always)
     public func protectRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Int? {
-        var len = Int32(length)
+        guard var len = Int32(exactly: length) else { return nil }
         return srtp_protect_rtcp(outbound, base, &len) == srtp_err_status_ok ? Int(len) : nil
     }
 }

@@ -139,6 +139,11 @@ final class WebRtcTransport {
         switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
         case .rtp:
             guard let srtp, let base = datagram.baseAddress else { core.engine.countDrop(.srtpFailure); return }
+            // The SSRC is in the clear header: a stream this transport does not expect is dropped
+            // before libsrtp, which would otherwise set up state for every new SSRC it sees.
+            guard datagram.count >= RtpPacketView.fixedHeaderLength else { core.engine.countDrop(.malformedRtp); return }
+            let ssrc = UnsafeRawBufferPointer(datagram).loadUnaligned(fromByteOffset: 8, as: UInt32.self).bigEndian
+            guard core.engine.expectsSsrc(ssrc, on: index) else { core.engine.countDrop(.unknownSsrc); return }
             guard let n = srtp.unprotectRtp(base, length: datagram.count) else { core.engine.countDrop(.srtpFailure); return }
             sawMedia = true
             core.engine.handleRtp(from: index, packet: UnsafeMutableRawBufferPointer(start: base, count: n), now: monotonicNow())
@@ -173,7 +178,7 @@ final class WebRtcTransport {
         if sendFd < 0 {
             guard let ice else { return }
             while j >= 0 {
-                _ = ice.send(batch.bases[Int(j)]!, length: batch.lengths[Int(j)])
+                if let base = batch.bases[Int(j)] { _ = ice.send(base, length: batch.lengths[Int(j)]) }
                 j = batch.next[Int(j)]
             }
             return

@@ -89,8 +89,8 @@ let benchmarks: @Sendable () -> Void = {
         var sessionOf: [Int] = []
         for i in 0..<fanOut {
             let t = engine.addTransport(router: RouterId(1), feedbackSsrc: UInt32(100 + i))
-            while sessionOf.count <= Int(t.rawValue) { sessionOf.append(0) }
-            sessionOf[Int(t.rawValue)] = i
+            while sessionOf.count <= Int(t.slot) { sessionOf.append(0) }
+            sessionOf[Int(t.slot)] = i
             _ = try! engine.addConsumer(ConsumerParameters(producer: producer, transport: t, ssrc: UInt32(0x2000 + i),
                                                            payloadType: 100, extensionIds: .identity), now: 1)
         }
@@ -106,7 +106,7 @@ let benchmarks: @Sendable () -> Void = {
             engine.handleRtp(from: publisher, packet: packet, now: now)
             for i in 0..<engine.transmitCount {
                 let tx = engine.transmit(at: i)
-                if let n = sessions[sessionOf[Int(tx.transport.rawValue)]].protectRtp(tx.bytes, length: tx.length) {
+                if let n = sessions[sessionOf[Int(tx.transport.slot)]].protectRtp(tx.bytes, length: tx.length) {
                     protected &+= n
                 }
             }

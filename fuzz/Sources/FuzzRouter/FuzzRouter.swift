@@ -46,7 +46,7 @@ struct World {
     let engine = MediaEngine(outboxSlots: 64)
     var now: Nanoseconds = 1_000_000_000
     var transports: [TransportIndex] = []
-    var routerOf: [Int32: Int] = [:]
+    var routerOf: [TransportIndex: Int] = [:]
     var producers: [ProducerState] = []
     var consumers: [ConsumerState] = []
     /// The producer whose input is being forwarded, with the input's seq/ts (for offsets).
@@ -56,7 +56,7 @@ struct World {
         for (index, router) in [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2)] {
             let t = engine.addTransport(router: RouterId(Int32(router)), feedbackSsrc: UInt32(0xF000 + index))
             transports.append(t)
-            routerOf[t.rawValue] = router
+            routerOf[t] = router
         }
         // Both rooms' publishers use SSRCs 1 (VP8) and 2 (Opus).
         for pub in [0, 3] {
@@ -140,7 +140,7 @@ struct World {
             }
             precondition(consumers[c].transport == tx.transport, "a consumer's packet left on another transport")
             precondition(view.payloadType == consumers[c].pt, "payload type not rewritten")
-            if let source { precondition(routerOf[source.rawValue] == routerOf[tx.transport.rawValue], "a packet crossed rooms") }
+            if let source { precondition(routerOf[source] == routerOf[tx.transport], "a packet crossed rooms") }
             guard let input = lastInput else { preconditionFailure("RTP forwarded with no RTP input") }
             precondition(consumers[c].producer == input.producer, "forwarded to a consumer of another producer")
             let seqOffset = view.sequenceNumber &- input.seq, tsOffset = view.timestamp &- input.ts
