@@ -3,11 +3,14 @@ internal import MinatoMedia
 internal import MinatoTransport
 
 /// The codec a publication carries, as negotiated with its publisher; subscribers are offered
-/// exactly this codec (PROTOCOL.md "Codecs").
+/// exactly this codec (PROTOCOL.md "Codecs"). Every field is validated (`ForwardableCodec`):
+/// the name is Minato's own spelling, the clock rate the codec's, and `fmtp` rebuilt from safe
+/// `key=value` tokens, so it can be written into other members' SDP as is.
 struct NegotiatedCodec: Sendable, Equatable {
     var payloadType: UInt8
     var name: String          // "opus", "VP8", "VP9", "H264", "AV1"
-    var clockRate: Int
+    /// 48000 (opus) or 90000 (video); goes to the engine without conversion.
+    var clockRate: UInt32
     var channels: Int?
     var fmtp: String?
     var keyFrameRequest: KeyFrameRequestMethod
@@ -108,32 +111,30 @@ enum SdpNegotiation {
                                          setup: setup, candidates: candidates, endOfCandidates: end)
     }
 
-    /// The first codec of the m-line (in the offer's preference order) that Minato forwards.
+    /// The first codec of the m-line (in the offer's preference order) that Minato forwards
+    /// and whose rtpmap is valid for it (`MediaDescription.forwardableCodecs`).
     static func chooseCodec(_ m: MediaDescription) -> NegotiatedCodec? {
-        let maps = m.rtpMaps
-        for format in m.formats {
-            guard let pt = UInt8(format), let map = maps.first(where: { $0.payloadType == pt }) else { continue }
-            let name = map.encodingName
-            let fmtp = m.fmtp(for: pt)
-            switch (m.kind, name.lowercased()) {
-            case ("audio", "opus"): break
-            case ("video", "vp8"), ("video", "vp9"), ("video", "av1"): break
-            case ("video", "h264"):
-                guard let f = fmtp, f.contains("packetization-mode=1") else { continue }
-            default: continue
-            }
-            let fb = m.rtcpFeedback(for: pt)
-            let method: KeyFrameRequestMethod = m.kind == "audio" ? .none
-                : (fb.contains("nack pli") || !fb.contains("ccm fir")) ? .pli : .fir
-            return NegotiatedCodec(payloadType: pt, name: name, clockRate: map.clockRate, channels: map.channels,
-                                   fmtp: fmtp, keyFrameRequest: method)
+        guard let c = m.forwardableCodecs.first else { return nil }
+        let fb = c.feedback
+        let method: KeyFrameRequestMethod = c.codec == .opus ? .none
+            : (fb.contains("nack pli") || !fb.contains("ccm fir")) ? .pli : .fir
+        return NegotiatedCodec(payloadType: c.payloadType, name: c.codec.encodingName, clockRate: c.clockRate,
+                               channels: c.channels.map(Int.init), fmtp: c.parameters.text, keyFrameRequest: method)
+    }
+
+    /// The m-line's mid, required on every m-line Minato accepts. Its syntax (1–32 characters
+    /// of `A-Z a-z 0-9 _ -`) is checked by the parser already; checked again here because the
+    /// value is written into other members' SDP.
+    static func requiredMid(_ m: MediaDescription) throws(RoomError) -> String {
+        guard let mid = m.mid, isValidMid(mid) else {
+            throw .invalidSdp("Every accepted m= section needs an a=mid of 1-32 characters A-Z a-z 0-9 _ -.")
         }
-        return nil
+        return mid
     }
 
     /// The stream a publisher's m-line announces (its primary SSRC and RTX SSRC).
     static func publishedStream(_ m: MediaDescription) throws(RoomError) -> PublishedStream {
-        let mid = m.mid ?? ""
+        let mid = try requiredMid(m)
         guard let codec = chooseCodec(m) else {
             throw .invalidParameter("m-line '\(mid)' offers no codec Minato forwards (audio: opus; video: VP8, VP9, H264 packetization-mode=1, AV1).")
         }
@@ -183,6 +184,7 @@ enum SdpNegotiation {
         var bundle: [String] = []
         var first = true
         for m in offer.media {
+            if let mid = m.mid, !isValidMid(mid) { _ = try requiredMid(m) }
             let mid = m.mid ?? ""
             let sending = m.direction == .sendonly || m.direction == .sendrecv
             let codec = (m.kind == "audio" || m.kind == "video") && m.port != 0 ? chooseCodec(m) : nil
@@ -194,6 +196,7 @@ enum SdpNegotiation {
                 body.append("a=inactive")
                 continue
             }
+            _ = try requiredMid(m)
             bundle.append(mid)
             body.append("m=\(m.kind) 9 UDP/TLS/RTP/SAVPF \(codec.payloadType)")
             body += transportLines(local, setup: ourSetup)

@@ -190,11 +190,13 @@ public struct SessionDescription: Sendable, Equatable {
 
     // MARK: Parse
 
-    /// Parses SDP text (CRLF or LF line endings; trailing blank lines ignored). Strict where
+    /// Parses SDP text (CRLF or LF line endings; trailing blank lines ignored; a CR elsewhere or
+    /// a NUL byte in a line is an error). Strict where
     /// a mistake would confuse the server: `v=`, `o=`, `s=` must be the first three lines;
     /// every line must be `<letter>=<value>`; `m=` needs media, numeric port and proto (and
     /// numeric payload types for RTP profiles); `rtpmap`, `fmtp`, `rtcp-fb`, `extmap`,
-    /// `ssrc`, `ssrc-group`, `fingerprint` and `rid` attributes must be well formed.
+    /// `ssrc`, `ssrc-group`, `fingerprint` and `rid` attributes must be well formed, and a
+    /// `mid` must be 1–32 characters of `A-Z a-z 0-9 _ -`.
     public static func parse(_ text: String) throws(SdpError) -> SessionDescription {
         var lines: [Substring] = []
         for raw in text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
@@ -213,6 +215,11 @@ public struct SessionDescription: Sendable, Equatable {
             let number = index + 1
             func fail(_ reason: String) -> SdpError { SdpError(line: number, text: String(text), reason: reason) }
             let utf8 = text.utf8
+            // A CR that is not part of the line ending, or a NUL, would let one line smuggle
+            // another (or cut a C string short) wherever this text is copied.
+            if utf8.contains(where: { $0 == 0x0D || $0 == 0x00 }) {
+                throw SdpError(line: number, text: Self.escapingControlBytes(text), reason: "line contains a CR or NUL byte")
+            }
             guard utf8.count >= 2, let letter = utf8.first,
                   (0x41...0x5A).contains(letter) || (0x61...0x7A).contains(letter),
                   utf8[utf8.index(after: utf8.startIndex)] == UInt8(ascii: "=") else {
@@ -283,6 +290,22 @@ public struct SessionDescription: Sendable, Equatable {
         guard sawName else { throw SdpError(line: 3, text: "", reason: "s= line missing") }
         if let m = current { session.media.append(m) }
         return session
+    }
+}
+
+extension SessionDescription {
+    /// `text` with CR, LF and NUL written as `\r`, `\n`, `\0` (for error messages).
+    static func escapingControlBytes(_ text: Substring) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\r": out += "\\r"
+            case "\n": out += "\\n"
+            case "\0": out += "\\0"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }
 

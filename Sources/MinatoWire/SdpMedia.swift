@@ -413,6 +413,8 @@ extension SdpAttribute {
             return Fingerprint(attributeValue: v) == nil ? "bad fingerprint (want <hash> <hex>:<hex>...)" : nil
         case "rid":
             return Rid(attributeValue: v) == nil ? "bad rid (want <id> send|recv [<params>])" : nil
+        case "mid":
+            return isValidMid(v) ? nil : "bad mid (want 1-32 characters of A-Z a-z 0-9 _ -)"
         default:
             return nil
         }

@@ -1,0 +1,170 @@
+// Codec validation for what an SFU forwards: which rtpmap entries of an offer are usable, and
+// the fmtp parameters reduced to short safe tokens so they can be written into another
+// peer's SDP. Control path; plain Sendable values.
+
+/// A codec Minato forwards, with the RTP clock rate its payload format fixes
+/// (RFC 7587 opus, RFC 7741 VP8, RFC 9628 VP9, RFC 6184 H.264, AV1 RTP spec §7).
+public enum ForwardedCodec: String, Sendable, CaseIterable, Equatable {
+    case opus, vp8, vp9, h264, av1
+
+    /// Matches an rtpmap encoding name (ASCII case-insensitive) for the m-line's media kind.
+    public init?(kind: String, encodingName: String) {
+        let lower = String(decoding: encodingName.utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+        switch (kind, lower) {
+        case ("audio", "opus"): self = .opus
+        case ("video", "vp8"): self = .vp8
+        case ("video", "vp9"): self = .vp9
+        case ("video", "h264"): self = .h264
+        case ("video", "av1"): self = .av1
+        default: return nil
+        }
+    }
+
+    /// The encoding name as Minato writes it (never the publisher's spelling).
+    public var encodingName: String {
+        switch self {
+        case .opus: return "opus"
+        case .vp8: return "VP8"
+        case .vp9: return "VP9"
+        case .h264: return "H264"
+        case .av1: return "AV1"
+        }
+    }
+
+    /// The only clock rate the payload format allows.
+    public var clockRate: UInt32 { self == .opus ? 48_000 : 90_000 }
+
+    public var videoCodec: VideoCodecKind {
+        switch self {
+        case .opus: return .other
+        case .vp8: return .vp8
+        case .vp9: return .vp9
+        case .h264: return .h264
+        case .av1: return .av1
+        }
+    }
+}
+
+/// The parameters of an `a=fmtp` line, reduced to what is safe to write into another peer's
+/// SDP: `key=value` pairs (separated by `;`, spaces around them ignored) whose key is 1–32 and
+/// value 1–64 bytes of letters, digits and `- _ . / ,`; at most 16, in the sender's order.
+/// Everything else (flags without `=`, other characters, longer tokens, more parameters) is
+/// dropped, never copied. A plain value.
+public struct FmtpParameters: Sendable, Equatable {
+    public struct Parameter: Sendable, Equatable {
+        public var key: String
+        public var value: String
+    }
+
+    public static let maxKeyLength = 32
+    public static let maxValueLength = 64
+    public static let maxCount = 16
+
+    public private(set) var parameters: [Parameter]
+
+    public init() { parameters = [] }
+
+    /// Parses the text after `a=fmtp:<pt> `.
+    public init(parsing text: String) {
+        var kept: [Parameter] = []
+        for raw in text.utf8.split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: true) {
+            guard kept.count < Self.maxCount else { break }
+            var item = raw[...]
+            while item.first == UInt8(ascii: " ") { item = item.dropFirst() }
+            while item.last == UInt8(ascii: " ") { item = item.dropLast() }
+            guard let eq = item.firstIndex(of: UInt8(ascii: "=")) else { continue }
+            let key = item[item.startIndex..<eq], value = item[item.index(after: eq)...]
+            guard Self.isToken(key, maxLength: Self.maxKeyLength), Self.isToken(value, maxLength: Self.maxValueLength)
+            else { continue }
+            kept.append(Parameter(key: String(decoding: key, as: UTF8.self), value: String(decoding: value, as: UTF8.self)))
+        }
+        parameters = kept
+    }
+
+    /// The value of `key` (ASCII case-insensitive, as MIME parameter names are), or nil.
+    public subscript(key: String) -> String? {
+        let wanted = key.lowercased()
+        return parameters.first { $0.key.lowercased() == wanted }?.value
+    }
+
+    public var isEmpty: Bool { parameters.isEmpty }
+
+    /// `key=value;key=value`, or nil when nothing was kept.
+    public var text: String? {
+        parameters.isEmpty ? nil : parameters.map { $0.key + "=" + $0.value }.joined(separator: ";")
+    }
+
+    static func isToken<C: Collection>(_ bytes: C, maxLength: Int) -> Bool where C.Element == UInt8 {
+        let n = bytes.count
+        guard n >= 1, n <= maxLength else { return false }
+        return bytes.allSatisfy(isSafeTokenByte)
+    }
+}
+
+/// Letters, digits and `- _ . / ,`: what Minato lets through from one peer's SDP to another's.
+@inline(__always)
+func isSafeTokenByte(_ b: UInt8) -> Bool {
+    switch b {
+    case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true
+    case UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: ","): return true
+    default: return false
+    }
+}
+
+/// True when `mid` is 1–32 characters of `A-Z a-z 0-9 _ -` (what Minato accepts as an
+/// `a=mid` value; RFC 8843 allows more, no browser sends more).
+public func isValidMid<S: StringProtocol>(_ mid: S) -> Bool {
+    let utf8 = mid.utf8
+    guard utf8.count >= 1, utf8.count <= 32 else { return false }
+    return utf8.allSatisfy { b in
+        (0x30...0x39).contains(b) || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
+            || b == UInt8(ascii: "_") || b == UInt8(ascii: "-")
+    }
+}
+
+/// One codec of an m-line that Minato can forward, validated: payload type 0...127, the
+/// codec's own clock rate, opus with 1 or 2 channels (absent means 2), H.264 with
+/// packetization-mode=1. Every text field is Minato's own or a safe token.
+public struct ForwardableCodec: Sendable, Equatable {
+    public var payloadType: UInt8
+    public var codec: ForwardedCodec
+    /// Always `codec.clockRate`.
+    public var clockRate: UInt32
+    /// opus: 1 or 2; video: nil.
+    public var channels: UInt8?
+    public var parameters: FmtpParameters
+    /// `a=rtcp-fb` values for this payload type (wildcards included), e.g. "nack pli".
+    public var feedback: [String]
+}
+
+extension MediaDescription {
+    /// The codecs of this m-line Minato can forward, in the sender's preference order (the
+    /// m= format list). A format is skipped when its rtpmap is missing, names another codec or
+    /// a codec of the other media kind, has a clock rate other than the codec's, has an opus
+    /// channel count other than 1 or 2, or (H.264) lacks packetization-mode=1.
+    public var forwardableCodecs: [ForwardableCodec] {
+        let maps = rtpMaps
+        var out: [ForwardableCodec] = []
+        var seen: [UInt8] = []
+        for format in formats {
+            guard let pt = UInt8(decimal: Substring(format)), pt <= 127, !seen.contains(pt),
+                  let map = maps.first(where: { $0.payloadType == pt }),
+                  let codec = ForwardedCodec(kind: kind, encodingName: map.encodingName),
+                  map.clockRate == Int(codec.clockRate) else { continue }
+            seen.append(pt)
+            var channels: UInt8?
+            if codec == .opus {
+                switch map.channels {
+                case .none, .some(2): channels = 2
+                case .some(1): channels = 1
+                default: continue
+                }
+            }
+            let parameters = fmtp(for: pt).map(FmtpParameters.init(parsing:)) ?? FmtpParameters()
+            if codec == .h264, parameters["packetization-mode"] != "1" { continue }
+            out.append(ForwardableCodec(payloadType: pt, codec: codec, clockRate: codec.clockRate, channels: channels,
+                                        parameters: parameters, feedback: rtcpFeedback(for: pt)))
+        }
+        return out
+    }
+}
