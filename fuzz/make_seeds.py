@@ -102,6 +102,56 @@ def jsonrpc_seeds() -> list[bytes]:
     return ["\n".join(c).encode() for c in chains]
 
 
+def sdp_edge_seeds() -> list[bytes]:
+    """Offers with numeric edge cases and bytes that must not pass through: huge clock rates,
+    payload types out of 0...127, ports past 65535, SSRCs past 32 bits, a lone CR or a NUL
+    inside a line, bad mids, unsafe fmtp parameters (issue 11)."""
+    head = ("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"
+            "a=ice-ufrag:abcd\r\na=ice-pwd:aaaaaaaaaaaaaaaaaaaaaa\r\n"
+            "a=fingerprint:sha-256 AB:CD:EF:01\r\na=setup:actpass\r\n")
+
+    def video(pt: str = "96", rtpmap: str = "a=rtpmap:96 VP8/90000", extra: str = "", port: str = "9") -> str:
+        return (f"m=video {port} UDP/TLS/RTP/SAVPF {pt}\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=sendonly\r\n"
+                f"a=rtcp-mux\r\n{rtpmap}\r\n{extra}a=ssrc:1234 cname:x\r\n")
+
+    def audio(rtpmap: str, extra: str = "") -> str:
+        return (f"m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=sendonly\r\n"
+                f"a=rtcp-mux\r\n{rtpmap}\r\n{extra}a=ssrc:1 cname:y\r\n")
+
+    texts = [
+        head + video(rtpmap="a=rtpmap:96 VP8/99999999999"),
+        head + video(rtpmap="a=rtpmap:96 VP8/99999999999999999999999"),
+        head + video(rtpmap="a=rtpmap:96 VP8/0"),
+        head + video(rtpmap="a=rtpmap:96 VP8/4294967296"),
+        head + video(rtpmap="a=rtpmap:96 VP8/48000"),
+        head + video(pt="128", rtpmap="a=rtpmap:128 VP8/90000"),
+        head + video(pt="255", rtpmap="a=rtpmap:255 VP8/90000"),
+        head + video(pt="-1", rtpmap="a=rtpmap:-1 VP8/90000"),
+        head + video(pt="96 128", rtpmap="a=rtpmap:96 VP8/90000\r\na=rtpmap:128 VP9/90000"),
+        head + video(port="65536"),
+        head + video(port="99999999999999999999/2"),
+        head + video(extra="a=ssrc:99999999999999999999 cname:x\r\n"),
+        head + video(extra="a=ssrc:0 cname:zero\r\n"),
+        head + video(extra="a=ssrc-group:FID 1234 4294967296\r\n"),
+        head + video(rtpmap="a=rtpmap:96 H264/90000", extra="a=fmtp:96 packetization-mode=10;profile-level-id=42e01f\r\n"),
+        head + video(rtpmap="a=rtpmap:96 H264/90000",
+                     extra="a=fmtp:96 packetization-mode=1;x=<script>;" + "k" * 40 + "=1;" + ";".join(f"p{i}=v" for i in range(20)) + "\r\n"),
+        head + video(extra="a=fmtp:96 max-fs=12288\ra=injected:1\r\n"),
+        head + video(extra="a=extmap:1 urn:ietf:params:rtp-hdrext:sdes:mid\x00a=evil\r\n"),
+        head + video().replace("a=mid:0", "a=mid:bad mid"),
+        head + video().replace("a=mid:0", "a=mid:" + "m" * 33),
+        head + video().replace("a=mid:0", "a=mid:"),
+        head + audio("a=rtpmap:111 opus/48000/3"),
+        head + audio("a=rtpmap:111 opus/48000"),
+        head + audio("a=rtpmap:111 opus/90000/2"),
+        head + audio("a=rtpmap:111 opus/48000/99999999999999999999"),
+        head + audio("a=rtpmap:111 opus/48000/2", extra="a=fmtp:111 minptime=10;useinbandfec=1\r\r\n"),
+        "v=0\ro=- 1 1 IN IP4 127.0.0.1\rs=-\r\n",
+        "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=\x00\r\n",
+    ]
+    return [t.encode("utf-8", "surrogateescape") for t in texts]
+
+
 def main() -> None:
     for data in rtp_seeds():
         put("FuzzRtp", data)
@@ -113,6 +163,8 @@ def main() -> None:
         put("FuzzRouter", bytes([5, 0x80, 1, 1, min(len(data), 255)]) + data[:255] + bytes([2, 200]))
     for f in sorted((REPO / "Tests/MinatoWireTests/Fixtures").glob("*.sdp")):
         put("FuzzSdp", f.read_bytes())
+    for data in sdp_edge_seeds():
+        put("FuzzSdp", data)
     for data in jsonrpc_seeds():
         put("FuzzJsonRpc", data)
     put("FuzzDemux", b"\x00\x01\x00\x00\x21\x12\xa4\x42" + bytes(12))   # STUN binding request header
