@@ -161,7 +161,8 @@ public final class WorkerCore {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let tick = g_timeout_source_new(20)
         g_source_set_callback(tick, { data in
-            Unmanaged<WorkerCore>.fromOpaque(data!).takeUnretainedValue().tick()
+            guard let data else { return 0 }
+            Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().tick()
             return 1
         }, me, nil)
         g_source_attach(tick, context)

@@ -263,26 +263,26 @@ public struct SessionDescription: Sendable, Equatable {
             case "a":
                 let attribute = SdpAttribute(line: value)
                 if let problem = attribute.syntaxProblem { throw fail(problem) }
-                if current != nil { current!.attributes.append(attribute) } else { session.attributes.append(attribute) }
+                if current != nil { current?.attributes.append(attribute) } else { session.attributes.append(attribute) }
             case "c":
                 guard !value.isEmpty else { throw fail("empty c= line") }
                 if current != nil {
-                    if current!.connection == nil { current!.connection = String(value) }
-                    else { current!.otherLines.append(SdpLine(type: "c", value: String(value))) }
+                    if current?.connection == nil { current?.connection = String(value) }
+                    else { current?.otherLines.append(SdpLine(type: "c", value: String(value))) }
                 } else if session.connection == nil {
                     session.connection = String(value)
                 } else {
                     session.otherLines.append(SdpLine(type: "c", value: String(value)))
                 }
             case "b":
-                if current != nil { current!.bandwidths.append(String(value)) } else { session.bandwidths.append(String(value)) }
+                if current != nil { current?.bandwidths.append(String(value)) } else { session.bandwidths.append(String(value)) }
             case "t":
                 if current != nil { throw fail("t= line inside a media section") }
                 if session.timing == nil { session.timing = String(value) }
                 else { session.otherLines.append(SdpLine(type: "t", value: String(value))) }
             default:
                 let l = SdpLine(type: type, value: String(value))
-                if current != nil { current!.otherLines.append(l) } else { session.otherLines.append(l) }
+                if current != nil { current?.otherLines.append(l) } else { session.otherLines.append(l) }
             }
         }
         guard !lines.isEmpty else { throw SdpError(line: 1, text: "", reason: "empty description, v= missing") }
