@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.7.1"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
     ],
     targets: [
         // C libraries, found with pkg-config.
@@ -60,6 +61,7 @@ let package = Package(
             dependencies: ["MinatoRooms", "MinatoTransport",
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                           .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Yams", package: "Yams"),
                            .product(name: "JWTKit", package: "jwt-kit"),

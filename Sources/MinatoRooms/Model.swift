@@ -11,8 +11,27 @@ public struct RoomConfiguration: Sendable {
     public var defaultKeepaliveIntervalSec = 30
     public var defaultKeepaliveIntervalGapSec = 30
     public var maxEventLog = 10_000
+    /// Bytes of serialized events kept per room for replay (the oldest go first).
+    public var maxEventLogBytes = 1 << 20
     /// Seconds before a token's `exp` at which its connection gets `tokenExpiring`.
     public var tokenExpiringNoticeSec = 30
+    /// Server-wide and per-connection bounds on what a client can make the server hold
+    /// (config `rooms.*` and `media.*`; docs/protocol.md "Limits").
+    public var maxRooms = 1000
+    public var maxRoomsCreatedPerConnection = 10
+    public var maxMembers = 5000
+    public var maxMembersPerConnection = 8
+    public var maxTransports = 2000
+    public var maxRemoteCandidates = 64
+    public var maxPendingCandidateBytes = 16 * 1024
+    public var maxEncodings = 4
+    public var maxEventsPerPage = 100
+    public var maxKeepaliveIntervalSec = 300
+    public var maxKeepaliveIntervalGapSec = 120
+    /// Longest `iceCandidate` line accepted, in bytes.
+    public static let maxCandidateLineBytes = 1024
+    /// Longest room password accepted, in bytes.
+    public static let maxPasswordBytes = 256
     public init() {}
 }
 
@@ -28,6 +47,14 @@ public struct ClientChannel: Sendable {
     }
 }
 
+/// What one signaling connection has used of its per-connection limits (`RoomService.connections`).
+struct ConnectionLedger {
+    var roomsCreated = 0
+    /// Wrong passwords in a row, and password checks still running (both throttle the next one).
+    var passwordFailures = 0
+    var passwordChecksRunning = 0
+}
+
 /// A room (SkyWay `Room`, type sfu). Owned by `RoomService`; its media lives on one worker.
 final class Room {
     let id: String
@@ -35,7 +62,10 @@ final class Room {
     var metadata: String
     let password: PasswordHash?
     var version = 0
+    /// The event log for `subscribeRoomEvents` replay, oldest first, bounded by count and bytes.
     var events: [JSONValue] = []
+    var eventBytes: [Int] = []
+    var eventLogBytes = 0
     var members: [LocalSFURoomMember] = []
     var publications: [RoomPublication] = []
     var subscriptions: [RoomSubscription] = []
@@ -47,6 +77,22 @@ final class Room {
     init(id: String, name: String?, metadata: String, password: PasswordHash?, worker: Int, router: RouterId) {
         self.id = id; self.name = name; self.metadata = metadata; self.password = password
         self.worker = worker; self.router = router
+    }
+
+    /// Appends an event, then drops the oldest while the log is over `maxCount` events or `maxBytes`.
+    func log(_ event: JSONValue, bytes: Int, maxCount: Int, maxBytes: Int) {
+        events.append(event)
+        eventBytes.append(bytes)
+        eventLogBytes += bytes
+        var drop = 0
+        while drop < events.count - 1, events.count - drop > maxCount || eventLogBytes > maxBytes {
+            eventLogBytes -= eventBytes[drop]
+            drop += 1
+        }
+        if drop > 0 {
+            events.removeFirst(drop)
+            eventBytes.removeFirst(drop)
+        }
     }
 
     func member(_ id: String) -> LocalSFURoomMember? { members.first { $0.id == id } }
@@ -78,28 +124,55 @@ final class LocalSFURoomMember {
     var keepaliveIntervalSec: Int
     var keepaliveIntervalGapSec: Int
 
+    /// Proves ownership: only the joiner gets it (in the join result); taking the member over
+    /// from another connection (`keepalive`) needs it. 256 random bits, hex.
+    let reconnectSecret: String
+
     var sendTransport: TransportDescription?
     var recvTransport: TransportDescription?
     var creatingSend = false
     var creatingRecv = false
+    /// Requests waiting for a transport that is being created (resumed when it exists or failed).
+    var transportWaiters: [CheckedContinuation<Void, Never>] = []
     var sendRemoteApplied = false
     var recvRemoteApplied = false
     /// Candidates trickled before the transport existed.
     var pendingCandidates: [String: [String?]] = ["send": [], "recv": []]
+    /// Bytes held in `pendingCandidates`, and candidates trickled so far, per direction.
+    var pendingCandidateBytes: [String: Int] = ["send": 0, "recv": 0]
+    var remoteCandidateCount: [String: Int] = ["send": 0, "recv": 0]
 
     var recvSlots: [ReceiveSlot] = []
     var nextMid = 0
-    var recvOfferPending = false
+    var recvOfferPending = false { didSet { if !recvOfferPending { resumeIdleWaiters() } } }
+    /// Requests waiting for the pending receive offer to be answered, by token.
+    var idleWaiters: [(token: UInt64, continuation: CheckedContinuation<Void, Never>)] = []
     var recvNeedsOffer = false
     var recvVersion = 0
     var sendVersion = 0
     let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
-    var removed = false
+    var removed = false { didSet { if removed { resumeIdleWaiters(); resumeTransportWaiters() } } }
+
+    func resumeIdleWaiters() {
+        let waiting = idleWaiters
+        idleWaiters = []
+        for w in waiting { w.continuation.resume() }
+    }
+    func resumeTransportWaiters() {
+        let waiting = transportWaiters
+        transportWaiters = []
+        for c in waiting { c.resume() }
+    }
 
     init(id: String, name: String?, metadata: String, type: String, roomId: String, channel: ClientChannel,
          keepaliveIntervalSec: Int, keepaliveIntervalGapSec: Int, now: ContinuousClock.Instant) {
         self.id = id; self.name = name; self.metadata = metadata; self.type = type; self.roomId = roomId
         self.channel = channel; self.lastSeen = now
+        var rng = SystemRandomNumberGenerator()
+        self.reconnectSecret = (0..<4).map { _ in
+            let hex = String(rng.next() as UInt64, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
         self.keepaliveIntervalSec = keepaliveIntervalSec; self.keepaliveIntervalGapSec = keepaliveIntervalGapSec
     }
 

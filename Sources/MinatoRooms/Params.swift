@@ -52,9 +52,78 @@ struct Params {
         try Self.checkMetadata(s, key: key)
         return s
     }
+    func requiredMetadata(_ key: String) throws(RoomError) -> String {
+        guard let s = try metadata(key) else { throw .invalidParams("\"\(key)\" is required.") }
+        return s
+    }
     static func checkMetadata(_ s: String, key: String) throws(RoomError) {
         guard s.utf8.count <= 4096 else { throw .invalidParameter("\"\(key)\" is \(s.utf8.count) bytes; metadata may be at most 4096.") }
     }
+    /// A room password: at most `RoomConfiguration.maxPasswordBytes` bytes.
+    func password(_ key: String) throws(RoomError) -> String? {
+        guard let s = try optionalString(key) else { return nil }
+        try Self.checkPassword(s, key: key)
+        return s
+    }
+    static func checkPassword(_ s: String, key: String) throws(RoomError) {
+        guard s.utf8.count <= RoomConfiguration.maxPasswordBytes else {
+            throw .invalidParameter("\"\(key)\" is \(s.utf8.count) bytes; a password may be at most \(RoomConfiguration.maxPasswordBytes).")
+        }
+    }
+
+    /// `encodings` of a publish (SkyWay's `{id, maxBitrate?, scaleResolutionDownBy?, maxFramerate?}`),
+    /// validated and rebuilt from the known keys only.
+    func encodings(_ key: String, max: Int) throws(RoomError) -> [JSONValue] {
+        guard let list = try optionalArray(key) else { return [] }
+        guard list.count <= max else {
+            throw .limitExceeded("\"\(key)\" has \(list.count) entries; at most \(max) are allowed (rooms.maxEncodings).")
+        }
+        var ids: Set<String> = []
+        var out: [JSONValue] = []
+        for (i, entry) in list.enumerated() {
+            guard case .object(let o) = entry else { throw .invalidParameter("\"\(key)[\(i)]\" must be an object {id, maxBitrate?, scaleResolutionDownBy?, maxFramerate?}.") }
+            for k in o.keys where !["id", "maxBitrate", "scaleResolutionDownBy", "maxFramerate"].contains(k) {
+                throw .invalidParameter("\"\(key)[\(i)]\" has an unknown key (allowed: id, maxBitrate, scaleResolutionDownBy, maxFramerate).")
+            }
+            guard let id = o["id"]?.stringValue else { throw .invalidParameter("\"\(key)[\(i)].id\" must be a string.") }
+            try Self.checkEncodingId(id, key: "\(key)[\(i)].id")
+            guard ids.insert(id).inserted else { throw .invalidParameter("\"\(key)\" names the id '\(id)' twice.") }
+            var rebuilt: [String: JSONValue] = ["id": .string(id)]
+            if let v = o["maxBitrate"], v != .null {
+                guard let b = v.intValue, (1...1_000_000_000).contains(b) else {
+                    throw .invalidParameter("\"\(key)[\(i)].maxBitrate\" must be an integer in 1...1000000000 (bits per second).")
+                }
+                rebuilt["maxBitrate"] = .int(b)
+            }
+            for (field, range) in [("scaleResolutionDownBy", 1.0...64.0), ("maxFramerate", 1.0...240.0)] {
+                guard let v = o[field], v != .null else { continue }
+                let number: Double?
+                switch v { case .int(let n): number = Double(n); case .double(let d): number = d; default: number = nil }
+                guard let number, range.contains(number) else {
+                    throw .invalidParameter("\"\(key)[\(i)].\(field)\" must be a number in \(Int(range.lowerBound))...\(Int(range.upperBound)).")
+                }
+                rebuilt[field] = v
+            }
+            out.append(.object(rebuilt))
+        }
+        return out
+    }
+    /// An encoding id: a name of at most 64 bytes.
+    static func checkEncodingId(_ s: String, key: String) throws(RoomError) {
+        guard s.utf8.count <= 64 else { throw .invalidParameter("\"\(key)\" must be at most 64 characters.") }
+        try checkName(s, key: key)
+    }
+    /// `preferredEncodingId`: an encoding id, and one of the publication's when it has encodings.
+    static func checkPreferredEncoding(_ id: String?, of publication: RoomPublication?) throws(RoomError) {
+        guard let id else { return }
+        try checkEncodingId(id, key: "preferredEncodingId")
+        guard let publication, !publication.encodings.isEmpty else { return }
+        let known = publication.encodings.compactMap { $0["id"]?.stringValue }
+        guard known.contains(id) else {
+            throw .invalidParameter("preferredEncodingId '\(id)' is not one of the publication's encodings (\(known.joined(separator: ", "))).")
+        }
+    }
+
     /// `{type, sdp}` with the expected type.
     func sessionDescription(_ key: String, type: String) throws(RoomError) -> String {
         guard case .object(let o)? = raw[key] else { throw .invalidParams("\"\(key)\" must be {type:\"\(type)\", sdp}.") }

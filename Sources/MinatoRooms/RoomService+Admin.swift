@@ -15,11 +15,18 @@ extension RoomService {
         })]
     }
 
-    public func adminCreateRoom(name: String?, metadata: String?, password: String?) throws(RoomError) -> JSONValue {
+    public func adminCreateRoom(name: String?, metadata: String?, password: String?) async throws(RoomError) -> JSONValue {
         if let name { try Params.checkName(name, key: "name") }
         if let metadata { try Params.checkMetadata(metadata, key: "metadata") }
-        if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
-        let room = makeRoom(name: name, metadata: metadata ?? "", password: password)
+        if let password { try Params.checkPassword(password, key: "password") }
+        func check() throws(RoomError) {
+            if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
+            try checkRoomLimits(channel: nil)
+        }
+        try check()
+        let hash = await hashPassword(password)
+        try check()
+        let room = makeRoom(name: name, metadata: metadata ?? "", password: hash)
         return ["room": room.json]
     }
 

@@ -5,15 +5,22 @@ internal import Foundation
 /// The REST admin API under `/v1` (docs/openapi.yaml). Every response is JSON; errors are
 /// `{"error":{"name","detail"}}` with the protocol's error names and HTTP statuses.
 /// Access: `Authorization: Bearer <admin.apiSecret>` or a client token whose scope has
-/// `admin: true`. With neither secret configured the API is open only on a loopback listener.
+/// `admin: true`. With neither secret configured the API is open only on a loopback listener,
+/// and then only to requests whose `Host` is a loopback name (a web page the operator visits
+/// cannot reach it by DNS rebinding). Everywhere: a request from a browser page of another
+/// origin is refused unless `admin.corsOrigins` names it, and a body must be JSON
+/// (`Content-Type: application/json`), so no cross-site "simple" request changes anything.
 struct AdminAPI: Sendable {
     let rooms: RoomService
     let apiSecret: String
     let authority: TokenAuthority?
-    let openWithoutSecret: Bool
+    let access: AdminAccess
+    let listenHost: String
+    let corsOrigins: Set<String>
     let openAPIDocument: String?
 
     func register(on router: Router<BasicRequestContext>) {
+        if !corsOrigins.isEmpty { router.add(middleware: AdminCORS(origins: corsOrigins)) }
         if let doc = openAPIDocument {
             router.get("/v1/openapi.yaml") { _, _ in
                 Response(status: .ok, headers: [.contentType: "application/yaml"], body: .init(byteBuffer: ByteBuffer(string: doc)))
@@ -81,11 +88,21 @@ struct AdminAPI: Sendable {
     }
 
     func checkAccess(_ request: Request) async -> RoomError? {
+        if let denied = checkOrigin(request) { return denied }
         let header = request.headers[.authorization] ?? ""
         let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil
-        if apiSecret.isEmpty && authority == nil {
-            return openWithoutSecret ? nil : .invalidAuthToken(
+        switch access {
+        case .closed:
+            return .invalidAuthToken(
                 "The admin API is closed: set admin.apiSecret (or auth.secret and use an admin token) to use it on a non-loopback address.")
+        case .openOnLoopback:
+            let host = Self.hostName(request.head.authority ?? "")
+            guard Self.loopbackNames.contains(host) || host == listenHost else {
+                return .insufficientPermissions(
+                    "The admin API is open without a secret only to requests whose Host is \(listenHost) or localhost; this one named '\(host.prefix(64))'. Set admin.apiSecret to use other names.")
+            }
+            return nil
+        case .secret, .adminTokens: break
         }
         guard let bearer, !bearer.isEmpty else {
             return .invalidAuthToken("The admin API needs 'Authorization: Bearer <admin.apiSecret or an admin token>'.")
@@ -99,6 +116,26 @@ struct AdminAPI: Sendable {
             }
         }
         return .invalidAuthToken("The bearer credential is neither the admin API secret nor a valid token.")
+    }
+
+    static let loopbackNames: Set<String> = ["localhost", "127.0.0.1", "::1"]
+
+    /// The host of a `Host` value, without its port (`[::1]:7880` -> `::1`), lowercased.
+    static func hostName(_ authority: String) -> String {
+        let a = authority.lowercased()
+        if a.hasPrefix("["), let close = a.firstIndex(of: "]") { return String(a[a.index(after: a.startIndex)..<close]) }
+        if let colon = a.lastIndex(of: ":") { return String(a[..<colon]) }
+        return a
+    }
+
+    /// A request from a page of another origin (browsers send `Origin`) is refused unless
+    /// `admin.corsOrigins` names it; same-origin requests (the server's own pages) pass.
+    func checkOrigin(_ request: Request) -> RoomError? {
+        guard let origin = request.headers[.origin] else { return nil }
+        if corsOrigins.contains(origin) { return nil }
+        if let authority = request.head.authority, origin == "http://\(authority)" || origin == "https://\(authority)" { return nil }
+        return .insufficientPermissions(
+            "The admin API does not accept requests from pages of origin '\(origin.prefix(100))'; list it in admin.corsOrigins to allow it.")
     }
 
     static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
@@ -123,6 +160,11 @@ private func jsonBody(_ request: Request, _ context: BasicRequestContext) async 
         throw RoomError.invalidParameter("The request body is larger than 64 KiB.")
     }
     if buffer.readableBytes == 0 { return [:] }
+    let type = request.headers[.contentType]?.lowercased() ?? ""
+    guard type == "application/json" || type.hasPrefix("application/json;") else {
+        throw RoomError.unsupportedMediaType(
+            "A request body must be JSON sent with 'Content-Type: application/json'; this one was '\(type.prefix(64))'.")
+    }
     guard let value = try? JSONValue.parse(String(buffer: buffer)), case .object(let o) = value else {
         throw RoomError.invalidParameter("The request body must be a JSON object.")
     }
@@ -135,9 +177,24 @@ private func string(_ body: [String: JSONValue], _ key: String) throws -> String
     return s
 }
 
-func constantTimeEquals(_ a: String, _ b: String) -> Bool {
-    let x = Array(a.utf8), y = Array(b.utf8)
-    var diff = UInt8(x.count == y.count ? 0 : 1)
-    for i in 0..<max(x.count, y.count) { diff |= (i < x.count ? x[i] : 0) ^ (i < y.count ? y[i] : 0) }
-    return diff == 0
+/// CORS for `/v1` when `admin.corsOrigins` names origins: answers their preflight requests and
+/// marks responses to them. Other origins get no CORS headers (and `checkOrigin` refuses them).
+struct AdminCORS: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let origins: Set<String>
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        guard request.uri.path.hasPrefix("/v1/"), let origin = request.headers[.origin], origins.contains(origin) else {
+            return try await next(request, context)
+        }
+        if request.method == .options {
+            return Response(status: .noContent, headers: [
+                .accessControlAllowOrigin: origin, .accessControlAllowMethods: "GET, POST, PATCH, DELETE",
+                .accessControlAllowHeaders: "Authorization, Content-Type", .accessControlMaxAge: "600", .vary: "Origin"])
+        }
+        var response = try await next(request, context)
+        response.headers[.accessControlAllowOrigin] = origin
+        response.headers[.vary] = "Origin"
+        return response
+    }
 }

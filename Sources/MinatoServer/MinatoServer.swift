@@ -5,6 +5,8 @@ internal import Hummingbird
 internal import HummingbirdWebSocket
 internal import Synchronization
 internal import Foundation
+internal import NIOCore
+internal import Metrics
 public import Prometheus
 
 /// The Minato server process: the crypto runtime, the media workers, the room service, and the
@@ -33,7 +35,8 @@ public final class MinatoServer: Sendable {
         self.runtime = runtime
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
-            MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout, logger: logger)
+            MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,
+                        connectTimeout: .seconds(configuration.connectTimeoutSec), logger: logger)
         }
         var authority: TokenAuthority?
         var verifier: TokenVerifier?
@@ -86,13 +89,14 @@ public final class MinatoServer: Sendable {
         let openAPI = Bundle.module.url(forResource: "openapi", withExtension: "yaml")
             .flatMap { try? String(contentsOf: $0, encoding: .utf8) }
         AdminAPI(rooms: rooms, apiSecret: configuration.adminApiSecret, authority: authority,
-                 openWithoutSecret: configuration.listensOnLoopbackOnly, openAPIDocument: openAPI).register(on: router)
+                 access: configuration.adminAccess, listenHost: configuration.host,
+                 corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI).register(on: router)
 
-        let wsRouter = Router(context: BasicWebSocketRequestContext.self)
+        let wsRouter = Router(context: SignalingRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
         wsRouter.ws("/ws") { [self] inbound, outbound, context in
             let token = context.request.uri.queryParameters["token"].map(String.init)
-            try await self.serveConnection(inbound: inbound, outbound: outbound, maxMessage: maxMessage, token: token)
+            try await self.serveConnection(inbound: inbound, outbound: outbound, socket: context.requestContext.channel, token: token)
         }
         let app = Application(
             router: router,
@@ -106,7 +110,11 @@ public final class MinatoServer: Sendable {
                     "ws": "ws://\(configuration.host):\(configuration.port)/ws",
                     "media": "\(configuration.ice.localAddresses.joined(separator: ",")) udp \(configuration.ice.portMin)-\(configuration.ice.portMax)",
                     "workers": "\(configuration.resolvedWorkerCount)",
+                    "admin": "\(configuration.adminAccess.description)",
+                    "auth": "\(configuration.authSecret.isEmpty ? "off (no auth.secret): every signaling request is allowed" : "on")",
                 ])
+                let limits = configuration.effectiveValues.filter { $0.key.contains(".max") || $0.key.hasSuffix("TimeoutSec") }
+                logger.notice("limits", metadata: .init(uniqueKeysWithValues: limits.map { ($0.key, .string($0.value)) }))
             },
             logger: logger)
         defer { for w in workers { w.shutdown() } }
@@ -126,14 +134,38 @@ public final class MinatoServer: Sendable {
         packetMetrics.update(totals, rooms: counts)
     }
 
-    /// One signaling connection: requests are handled as they arrive (each answered with its
-    /// own id); responses and notifications leave in the order the room service sends them.
-    func serveConnection(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, maxMessage: Int,
+    /// One signaling connection. Frames are parsed here, on the connection's own task; requests
+    /// are handled concurrently (each answered with its own id), at most
+    /// `server.maxInFlightRequests` at once; responses and notifications leave in the order the
+    /// room service sends them, through a queue of at most `server.maxOutgoingBytes`. A peer
+    /// that lets more pile up (it does not read) is closed with 4008.
+    func serveConnection(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, socket: any Channel,
                          token: String?) async throws {
         let id = connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue
+        let budget = ConnectionBudget()
+        let maxInFlight = configuration.maxInFlightRequests
+        let maxOutgoing = configuration.maxOutgoingBytes
         let (stream, continuation) = AsyncStream<Outgoing>.makeStream(bufferingPolicy: .unbounded)
-        let channel = ClientChannel(id: id, send: { text in continuation.yield(.text(text)) },
-                                    close: { code, reason in continuation.yield(.close(code, reason)) })
+        let logger = self.logger
+        let send: @Sendable (String) -> Void = { text in
+            guard !budget.overflowed.load(ordering: .relaxed) else { return }
+            let bytes = text.utf8.count
+            if budget.queuedBytes.add(bytes, ordering: .relaxed).newValue > maxOutgoing {
+                guard !budget.overflowed.exchange(true, ordering: .relaxed) else { return }
+                logger.notice("signaling connection closed: its peer does not read", metadata: [
+                    "connection": "\(id)", "queuedBytes": "\(budget.queuedBytes.load(ordering: .relaxed))"])
+                Counter(label: "minato_signaling_connections_closed_total", dimensions: [("reason", "outgoingQueueFull")]).increment()
+                continuation.yield(.close(4008, "outgoingQueueFull: the client did not read its messages"))
+                // The close frame waits behind what the peer has not read; if it never reads, drop the socket.
+                Task {
+                    try? await Task.sleep(for: Self.unreadPeerGrace)
+                    socket.close(promise: nil)
+                }
+                return
+            }
+            continuation.yield(.text(text))
+        }
+        let channel = ClientChannel(id: id, send: send, close: { code, reason in continuation.yield(.close(code, reason)) })
         let rooms = self.rooms
         logger.debug("signaling connection opened", metadata: ["connection": "\(id)"])
         if let token, let error = await rooms.authenticate(token: token, channel: channel) {
@@ -143,12 +175,15 @@ public final class MinatoServer: Sendable {
             return
         }
         var failure: (any Error)?
-        await withTaskGroup(of: Void.self) { group in
+        await withDiscardingTaskGroup { group in
             group.addTask {
                 for await item in stream {
+                    // After an overflow only the close frame goes out; the rest is dropped.
+                    if budget.overflowed.load(ordering: .relaxed), case .text = item { continue }
                     switch item {
                     case .text(let text):
                         do { try await outbound.write(.text(text)) } catch { return }
+                        budget.queuedBytes.subtract(text.utf8.count, ordering: .relaxed)
                     case .close(let code, let reason):
                         try? await outbound.close(.init(codeNumber: Int(code)), reason: reason.utf8Prefix(120))
                         return
@@ -156,10 +191,26 @@ public final class MinatoServer: Sendable {
                 }
             }
             do {
-                for try await message in inbound.messages(maxSize: maxMessage) {
+                for try await message in inbound.messages(maxSize: configuration.maxFrameBytes) {
+                    if budget.overflowed.load(ordering: .relaxed) { break }
                     switch message {
                     case .text(let text):
-                        group.addTask { await rooms.handle(text: text, channel: channel) }
+                        switch JsonRpcRequest.parse(text) {
+                        case .failure(let rejection):
+                            channel.send(rejection.responseText)
+                        case .success(let request):
+                            if budget.inFlight.add(1, ordering: .relaxed).newValue > maxInFlight {
+                                budget.inFlight.subtract(1, ordering: .relaxed)
+                                rooms.countRefused(request)
+                                channel.send(request.errorResponse(.limitExceeded(
+                                    "This connection has \(maxInFlight) requests in flight; wait for their responses (server.maxInFlightRequests).")))
+                            } else {
+                                group.addTask {
+                                    await rooms.handle(request, channel: channel)
+                                    budget.inFlight.subtract(1, ordering: .relaxed)
+                                }
+                            }
+                        }
                     case .binary:
                         let error = RoomError.invalidRequest("Only text frames carry JSON-RPC requests; this binary frame was ignored.")
                         channel.send(JSONValue.object(["jsonrpc": "2.0", "id": .null, "error": error.json]).serialized())
@@ -168,11 +219,37 @@ public final class MinatoServer: Sendable {
             } catch {
                 failure = error
             }
+            // Members of this connection start their reconnect gap now; requests still running finish.
             await rooms.channelClosed(id)
             continuation.finish()
         }
+        await rooms.channelClosed(id)
         logger.debug("signaling connection closed", metadata: ["connection": "\(id)"])
         if let failure { throw failure }
+    }
+
+    /// How long a peer whose output queue overflowed has to read up to the close frame.
+    static let unreadPeerGrace = Duration.seconds(10)
+}
+
+/// What one signaling connection holds: requests being handled and bytes queued for its socket.
+final class ConnectionBudget: Sendable {
+    let inFlight = Atomic<Int>(0)
+    let queuedBytes = Atomic<Int>(0)
+    let overflowed = Atomic<Bool>(false)
+}
+
+/// The WebSocket route's request context: Hummingbird's, plus the connection's NIO channel (so
+/// a peer that stops reading can be dropped even while a write to it is blocked).
+struct SignalingRequestContext: RequestContext, WebSocketRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let webSocket: WebSocketHandlerReference<Self>
+    let channel: any Channel
+
+    init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.webSocket = .init()
+        self.channel = source.channel
     }
 }
 

@@ -14,6 +14,12 @@ public struct ServerConfiguration: Sendable {
     public var port = 7880
     /// `server.maxFrameBytes`: the largest WebSocket message accepted (larger: close 1009).
     public var maxFrameBytes = 256 * 1024
+    /// `server.maxInFlightRequests`: requests of one connection being handled at once; one
+    /// more is answered `limitExceeded` at once.
+    public var maxInFlightRequests = 16
+    /// `server.maxOutgoingBytes`: bytes of responses and notifications queued for one
+    /// connection and not yet written to its socket; over it the connection is closed (4008).
+    public var maxOutgoingBytes = 4 * 1024 * 1024
     /// `server.webRoot`: folder served at `/` (demo page) and `/sdk/` (browser SDK); empty
     /// means the copy bundled with the binary.
     public var webRoot = ""
@@ -26,6 +32,9 @@ public struct ServerConfiguration: Sendable {
     /// `media.transportTimeoutSec`: a connected transport that receives nothing for this long
     /// is closed and its member removed with reason `transportClosed` (0 = never).
     public var transportTimeoutSec = 10
+    /// `media.connectTimeoutSec`: a transport whose ICE and DTLS have not connected this many
+    /// seconds after it was made is closed and its member removed (`transportClosed`).
+    public var connectTimeoutSec = 20
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
     /// key for DTLS; both empty = a fresh ECDSA P-256 certificate made at start.
     public var dtlsCertificateFile = ""
@@ -36,11 +45,20 @@ public struct ServerConfiguration: Sendable {
     public var authSecret = ""
     /// `admin.apiSecret`: a bearer secret for the admin API (an admin-scoped JWT works too).
     public var adminApiSecret = ""
+    /// `admin.corsOrigins`: origins allowed to call `/v1` from a browser (CORS); empty = none.
+    public var adminCorsOrigins: [String] = []
 
     public init() {}
 
     /// The server listens on a loopback address only (then the admin API may be open without a secret).
     public var listensOnLoopbackOnly: Bool { ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") }
+
+    /// Who may use the admin API `/v1`, and why.
+    public var adminAccess: AdminAccess {
+        if !adminApiSecret.isEmpty { return .secret(tokensToo: !authSecret.isEmpty) }
+        if !authSecret.isEmpty { return .adminTokens }
+        return listensOnLoopbackOnly ? .openOnLoopback : .closed
+    }
 
     public var resolvedWorkerCount: Int {
         mediaWorkers > 0 ? mediaWorkers : max(1, ProcessInfo.processInfo.activeProcessorCount)
@@ -111,6 +129,10 @@ public struct ServerConfiguration: Sendable {
         guard dtlsCertificateFile.isEmpty == dtlsPrivateKeyFile.isEmpty else {
             throw ConfigurationError(message: "media.dtls.certificateFile and media.dtls.privateKeyFile must be set together")
         }
+        guard rooms.defaultKeepaliveIntervalSec <= rooms.maxKeepaliveIntervalSec,
+              rooms.defaultKeepaliveIntervalGapSec <= rooms.maxKeepaliveIntervalGapSec else {
+            throw ConfigurationError(message: "rooms.keepaliveIntervalSec/GapSec must not exceed rooms.maxKeepaliveIntervalSec/GapSec")
+        }
         guard rooms.defaultMaxSubscribers <= rooms.maxSubscribersCap else {
             throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
         }
@@ -129,6 +151,28 @@ public struct ServerConfiguration: Sendable {
     }
 }
 
+extension ServerConfiguration {
+    /// Every key with its effective value, in `ConfigKey.all` order (secrets only as set / not set).
+    public var effectiveValues: [(key: String, value: String)] { ConfigKey.all.map { ($0.path, $0.value(self)) } }
+}
+
+/// Access to the admin API, decided from the configuration at start.
+public enum AdminAccess: Sendable, Equatable, CustomStringConvertible {
+    case secret(tokensToo: Bool)
+    case adminTokens
+    case openOnLoopback
+    case closed
+
+    public var description: String {
+        switch self {
+        case .secret(let tokens): return "open to 'Authorization: Bearer <admin.apiSecret>'" + (tokens ? " and to tokens with admin:true" : "")
+        case .adminTokens: return "open to tokens with admin:true (auth.secret is set, admin.apiSecret is not)"
+        case .openOnLoopback: return "open without a secret, because server.host is a loopback address and no admin.apiSecret or auth.secret is set; requests must name a loopback Host"
+        case .closed: return "closed: no admin.apiSecret or auth.secret is set and server.host is not a loopback address"
+        }
+    }
+}
+
 public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
     public let message: String
     public var description: String { message }
@@ -137,7 +181,14 @@ public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
 /// One configuration key: its dotted path, environment variable and parser.
 struct ConfigKey: Sendable {
     let path: String
+    /// The effective value as text (secrets are shown as set / not set).
+    let value: @Sendable (ServerConfiguration) -> String
     let apply: @Sendable (inout ServerConfiguration, String, String) throws(ConfigurationError) -> Void
+
+    init(path: String, value: @escaping @Sendable (ServerConfiguration) -> String,
+         apply: @escaping @Sendable (inout ServerConfiguration, String, String) throws(ConfigurationError) -> Void) {
+        self.path = path; self.value = value; self.apply = apply
+    }
     var environmentName: String {
         "MINATO_" + path.split(separator: ".").map { part in
             // camelCase -> CAMEL_CASE
@@ -150,16 +201,18 @@ struct ConfigKey: Sendable {
         }.joined(separator: "_")
     }
 
-    static func int(_ path: String, _ range: ClosedRange<Int>, _ set: @escaping @Sendable (inout ServerConfiguration, Int) -> Void) -> ConfigKey {
-        ConfigKey(path: path) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
+    static func int(_ path: String, _ range: ClosedRange<Int>, _ get: @escaping @Sendable (ServerConfiguration) -> Int,
+                    _ set: @escaping @Sendable (inout ServerConfiguration, Int) -> Void) -> ConfigKey {
+        ConfigKey(path: path, value: { String(get($0)) }) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
             guard let v = Int(value.trimmingCharacters(in: .whitespaces)), range.contains(v) else {
                 throw ConfigurationError(message: "\(source): '\(value)' must be an integer in \(range.lowerBound)...\(range.upperBound)")
             }
             set(&config, v)
         }
     }
-    static func bool(_ path: String, _ set: @escaping @Sendable (inout ServerConfiguration, Bool) -> Void) -> ConfigKey {
-        ConfigKey(path: path) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
+    static func bool(_ path: String, _ get: @escaping @Sendable (ServerConfiguration) -> Bool,
+                     _ set: @escaping @Sendable (inout ServerConfiguration, Bool) -> Void) -> ConfigKey {
+        ConfigKey(path: path, value: { String(get($0)) }) { (config: inout ServerConfiguration, value: String, source: String) throws(ConfigurationError) in
             switch value.lowercased() {
             case "true", "yes", "on", "1": set(&config, true)
             case "false", "no", "off", "0": set(&config, false)
@@ -169,52 +222,74 @@ struct ConfigKey: Sendable {
     }
 
     static let all: [ConfigKey] = [
-        ConfigKey(path: "server.host") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.host = v },
-        .int("server.port", 1...65535) { $0.port = $1 },
-        ConfigKey(path: "server.webRoot") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.webRoot = v },
-        .int("server.maxFrameBytes", 1024...(16 << 20)) { $0.maxFrameBytes = $1 },
-        ConfigKey(path: "log.level") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+        ConfigKey(path: "server.host", value: { $0.host }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.host = v },
+        .int("server.port", 1...65535, { $0.port }) { $0.port = $1 },
+        ConfigKey(path: "server.webRoot", value: { $0.webRoot.isEmpty ? "(bundled)" : $0.webRoot }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.webRoot = v },
+        .int("server.maxFrameBytes", 1024...(16 << 20), { $0.maxFrameBytes }) { $0.maxFrameBytes = $1 },
+        .int("server.maxInFlightRequests", 1...1024, { $0.maxInFlightRequests }) { $0.maxInFlightRequests = $1 },
+        .int("server.maxOutgoingBytes", 65536...(1 << 30), { $0.maxOutgoingBytes }) { $0.maxOutgoingBytes = $1 },
+        ConfigKey(path: "log.level", value: { $0.logLevel }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
             guard levels.contains(v.lowercased()) else {
                 throw ConfigurationError(message: "\(s): '\(v)' must be one of \(levels.joined(separator: ", "))")
             }
             c.logLevel = v.lowercased()
         },
-        .int("media.workers", 0...256) { $0.mediaWorkers = $1 },
-        ConfigKey(path: "media.ice.localAddresses") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+        .int("media.workers", 0...256, { $0.mediaWorkers }) { $0.mediaWorkers = $1 },
+        ConfigKey(path: "media.ice.localAddresses", value: { $0.ice.localAddresses.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             for a in list where !isNumericAddress(a) {
                 throw ConfigurationError(message: "\(s): '\(a)' is not a numeric IPv4 or IPv6 address")
             }
             c.ice.localAddresses = list
         },
-        .int("media.ice.portMin", 1024...65535) { $0.ice.portMin = UInt32($1) },
-        .int("media.ice.portMax", 1024...65535) { $0.ice.portMax = UInt32($1) },
-        .bool("media.ice.lite") { $0.ice.lite = $1 },
-        .int("media.transportTimeoutSec", 0...3600) { $0.transportTimeoutSec = $1 },
-        ConfigKey(path: "media.dtls.certificateFile") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsCertificateFile = v },
-        ConfigKey(path: "media.dtls.privateKeyFile") { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsPrivateKeyFile = v },
-        .int("rooms.maxMembersPerRoom", 1...10_000) { $0.rooms.maxMembersPerRoom = $1 },
-        .int("rooms.maxPublicationsPerMember", 1...64) { $0.rooms.maxPublicationsPerMember = $1 },
-        .int("rooms.maxSubscriptionsPerMember", 1...1024) { $0.rooms.maxSubscriptionsPerMember = $1 },
-        .int("rooms.defaultMaxSubscribers", 1...10_000) { $0.rooms.defaultMaxSubscribers = $1 },
-        .int("rooms.maxSubscribersCap", 1...10_000) { $0.rooms.maxSubscribersCap = $1 },
-        .int("rooms.keepaliveIntervalSec", 1...3600) { $0.rooms.defaultKeepaliveIntervalSec = $1 },
-        .int("rooms.keepaliveIntervalGapSec", 0...3600) { $0.rooms.defaultKeepaliveIntervalGapSec = $1 },
-        .int("rooms.maxEventLog", 100...1_000_000) { $0.rooms.maxEventLog = $1 },
-        ConfigKey(path: "auth.secret") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+        .int("media.ice.portMin", 1024...65535, { Int($0.ice.portMin) }) { $0.ice.portMin = UInt32($1) },
+        .int("media.ice.portMax", 1024...65535, { Int($0.ice.portMax) }) { $0.ice.portMax = UInt32($1) },
+        .bool("media.ice.lite", { $0.ice.lite }) { $0.ice.lite = $1 },
+        .int("media.transportTimeoutSec", 0...3600, { $0.transportTimeoutSec }) { $0.transportTimeoutSec = $1 },
+        .int("media.connectTimeoutSec", 1...600, { $0.connectTimeoutSec }) { $0.connectTimeoutSec = $1 },
+        .int("media.maxTransports", 1...1_000_000, { $0.rooms.maxTransports }) { $0.rooms.maxTransports = $1 },
+        .int("media.maxRemoteCandidates", 1...1000, { $0.rooms.maxRemoteCandidates }) { $0.rooms.maxRemoteCandidates = $1 },
+        .int("media.maxPendingCandidateBytes", 1024...(1 << 20), { $0.rooms.maxPendingCandidateBytes }) { $0.rooms.maxPendingCandidateBytes = $1 },
+        ConfigKey(path: "media.dtls.certificateFile", value: { $0.dtlsCertificateFile.isEmpty ? "(generated at start)" : $0.dtlsCertificateFile }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsCertificateFile = v },
+        ConfigKey(path: "media.dtls.privateKeyFile", value: { $0.dtlsPrivateKeyFile.isEmpty ? "(generated at start)" : $0.dtlsPrivateKeyFile }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsPrivateKeyFile = v },
+        .int("rooms.maxMembersPerRoom", 1...10_000, { $0.rooms.maxMembersPerRoom }) { $0.rooms.maxMembersPerRoom = $1 },
+        .int("rooms.maxPublicationsPerMember", 1...64, { $0.rooms.maxPublicationsPerMember }) { $0.rooms.maxPublicationsPerMember = $1 },
+        .int("rooms.maxSubscriptionsPerMember", 1...1024, { $0.rooms.maxSubscriptionsPerMember }) { $0.rooms.maxSubscriptionsPerMember = $1 },
+        .int("rooms.defaultMaxSubscribers", 1...10_000, { $0.rooms.defaultMaxSubscribers }) { $0.rooms.defaultMaxSubscribers = $1 },
+        .int("rooms.maxSubscribersCap", 1...10_000, { $0.rooms.maxSubscribersCap }) { $0.rooms.maxSubscribersCap = $1 },
+        .int("rooms.keepaliveIntervalSec", 1...3600, { $0.rooms.defaultKeepaliveIntervalSec }) { $0.rooms.defaultKeepaliveIntervalSec = $1 },
+        .int("rooms.keepaliveIntervalGapSec", 0...3600, { $0.rooms.defaultKeepaliveIntervalGapSec }) { $0.rooms.defaultKeepaliveIntervalGapSec = $1 },
+        .int("rooms.maxEventLog", 100...1_000_000, { $0.rooms.maxEventLog }) { $0.rooms.maxEventLog = $1 },
+        .int("rooms.maxEventLogBytes", 65536...(1 << 30), { $0.rooms.maxEventLogBytes }) { $0.rooms.maxEventLogBytes = $1 },
+        .int("rooms.maxEventsPerPage", 1...10_000, { $0.rooms.maxEventsPerPage }) { $0.rooms.maxEventsPerPage = $1 },
+        .int("rooms.maxRooms", 1...1_000_000, { $0.rooms.maxRooms }) { $0.rooms.maxRooms = $1 },
+        .int("rooms.maxRoomsCreatedPerConnection", 1...1_000_000, { $0.rooms.maxRoomsCreatedPerConnection }) { $0.rooms.maxRoomsCreatedPerConnection = $1 },
+        .int("rooms.maxMembers", 1...1_000_000, { $0.rooms.maxMembers }) { $0.rooms.maxMembers = $1 },
+        .int("rooms.maxMembersPerConnection", 1...10_000, { $0.rooms.maxMembersPerConnection }) { $0.rooms.maxMembersPerConnection = $1 },
+        .int("rooms.maxEncodings", 1...16, { $0.rooms.maxEncodings }) { $0.rooms.maxEncodings = $1 },
+        .int("rooms.maxKeepaliveIntervalSec", 1...86_400, { $0.rooms.maxKeepaliveIntervalSec }) { $0.rooms.maxKeepaliveIntervalSec = $1 },
+        .int("rooms.maxKeepaliveIntervalGapSec", 0...86_400, { $0.rooms.maxKeepaliveIntervalGapSec }) { $0.rooms.maxKeepaliveIntervalGapSec = $1 },
+        ConfigKey(path: "auth.secret", value: { $0.authSecret.isEmpty ? "(not set: auth off)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             // HS256 keys shorter than the hash output (32 bytes) are weak; JWTKit refuses them.
             guard v.isEmpty || v.utf8.count >= 32 else {
                 throw ConfigurationError(message: "\(s): the secret must be at least 32 bytes (or empty for auth off)")
             }
             c.authSecret = v
         },
-        .int("auth.tokenExpiringNoticeSec", 1...3600) { $0.rooms.tokenExpiringNoticeSec = $1 },
-        ConfigKey(path: "admin.apiSecret") { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+        .int("auth.tokenExpiringNoticeSec", 1...3600, { $0.rooms.tokenExpiringNoticeSec }) { $0.rooms.tokenExpiringNoticeSec = $1 },
+        ConfigKey(path: "admin.apiSecret", value: { $0.adminApiSecret.isEmpty ? "(not set)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             guard v.isEmpty || v.utf8.count >= 32 else {
                 throw ConfigurationError(message: "\(s): the secret must be at least 32 bytes (or empty)")
             }
             c.adminApiSecret = v
+        },
+        ConfigKey(path: "admin.corsOrigins", value: { $0.adminCorsOrigins.isEmpty ? "(none)" : $0.adminCorsOrigins.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            for o in list where !(o.hasPrefix("http://") || o.hasPrefix("https://")) {
+                throw ConfigurationError(message: "\(s): '\(o)' is not an origin (scheme://host[:port])")
+            }
+            c.adminCorsOrigins = list
         },
     ]
 }

@@ -94,7 +94,8 @@ public final class TokenAuthority: Sendable {
                 return .failure(.invalidAuthToken("The token was rejected: \(error.reason ?? "\(error.errorType)")."))
             }
         } catch {
-            return .failure(.invalidAuthToken("The token's claims do not match the SkyWay v3 format: \(error)."))
+            return .failure(.invalidAuthToken(
+                "The token's claims do not match the SkyWay v3 format (jti, iat, exp, version:3, scope{appId, rooms[{name, methods, member{name, methods}}]})."))
         }
     }
 

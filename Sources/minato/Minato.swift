@@ -80,29 +80,10 @@ struct CheckConfig: AsyncParsableCommand {
     func run() async throws {
         do {
             let c = try options.load()
-            print("""
-            configuration ok
-            server.host: \(c.host)
-            server.port: \(c.port)
-            server.maxFrameBytes: \(c.maxFrameBytes)
-            server.webRoot: \(c.webRoot.isEmpty ? "(bundled)" : c.webRoot)
-            log.level: \(c.logLevel)
-            media.workers: \(c.mediaWorkers) (\(c.resolvedWorkerCount) threads)
-            media.ice.localAddresses: \(c.ice.localAddresses.joined(separator: ","))
-            media.ice.portMin: \(c.ice.portMin)
-            media.ice.portMax: \(c.ice.portMax)
-            media.ice.lite: \(c.ice.lite)
-            media.transportTimeoutSec: \(c.transportTimeoutSec)
-            media.dtls.certificateFile: \(c.dtlsCertificateFile.isEmpty ? "(generated at start)" : c.dtlsCertificateFile)
-            rooms.maxMembersPerRoom: \(c.rooms.maxMembersPerRoom)
-            rooms.maxPublicationsPerMember: \(c.rooms.maxPublicationsPerMember)
-            rooms.maxSubscriptionsPerMember: \(c.rooms.maxSubscriptionsPerMember)
-            rooms.defaultMaxSubscribers: \(c.rooms.defaultMaxSubscribers)
-            rooms.maxSubscribersCap: \(c.rooms.maxSubscribersCap)
-            rooms.keepaliveIntervalSec: \(c.rooms.defaultKeepaliveIntervalSec)
-            rooms.keepaliveIntervalGapSec: \(c.rooms.defaultKeepaliveIntervalGapSec)
-            rooms.maxEventLog: \(c.rooms.maxEventLog)
-            """)
+            print("configuration ok")
+            for (key, value) in c.effectiveValues { print("\(key): \(value)") }
+            print("media.workers threads: \(c.resolvedWorkerCount)")
+
         } catch {
             FileHandle.standardError.write(Data("minato: configuration error: \(error)\n".utf8))
             throw ExitCode(2)

@@ -28,6 +28,10 @@ import Testing
         #expect(fromFile.transportTimeoutSec == defaults.transportTimeoutSec)
         #expect(fromFile.rooms.defaultKeepaliveIntervalGapSec == defaults.rooms.defaultKeepaliveIntervalGapSec)
         #expect(fromFile.rooms.maxEventLog == defaults.rooms.maxEventLog)
+        // Every key, by its effective value: the file documents exactly the embedded defaults.
+        for (file, embedded) in zip(fromFile.effectiveValues, defaults.effectiveValues) {
+            #expect(file.value == embedded.value, "config/minato.yaml says \(file.key): \(file.value), the default is \(embedded.value)")
+        }
         let text = try String(contentsOfFile: Self.repoConfig, encoding: .utf8)
         for key in ConfigKey.all {
             let leaf = String(key.path.split(separator: ".").last!)

@@ -81,6 +81,10 @@ struct Run: AsyncParsableCommand {
                 "MINATO_ROOMS_MAX_SUBSCRIPTIONS_PER_MEMBER": "256",
                 "MINATO_ROOMS_DEFAULT_MAX_SUBSCRIBERS": "200",
                 "MINATO_ROOMS_MAX_SUBSCRIBERS_CAP": "200",
+                // The generator joins every member over two connections, many requests at once.
+                "MINATO_ROOMS_MAX_MEMBERS_PER_CONNECTION": "1000",
+                "MINATO_ROOMS_MAX_ROOMS_CREATED_PER_CONNECTION": "1000",
+                "MINATO_SERVER_MAX_IN_FLIGHT_REQUESTS": "1024",
             ], logPath: log)
             try await p.waitReady(url: "http://127.0.0.1:7880/readyz")
             return p

@@ -6,7 +6,9 @@ import MinatoTransport
 /// JSON-RPC requests of every method against a real RoomService with one real media worker.
 /// The input is newline-separated frames (a seed may chain createRoom -> join -> publish …;
 /// the ids the server makes are predictable only through "$room"/"$member" placeholders, which
-/// are replaced by the last room/member id seen). Invariant: every frame gets exactly one
+/// are replaced by the last room/member id seen, "$secret" by the last reconnectSecret; a frame
+/// that starts with "@2 " is sent from a second connection, so takeover chains are reachable).
+/// Invariant: every frame gets exactly one
 /// well-formed response (a result, or an error with code, name and a non-empty detail).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzJsonRpc(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -43,11 +45,15 @@ actor Harness {
         logger.logLevel = .critical
         let service = RoomService(configuration: RoomConfiguration(), workers: [worker], logger: logger)
         let collector = Collector()
-        let channel = ClientChannel(id: 1) { collector.add($0) }
-        var roomId = "none", memberId = "none"
+        let first = ClientChannel(id: 1) { collector.add($0) }
+        let second = ClientChannel(id: 2) { collector.add($0) }
+        var roomId = "none", memberId = "none", secret = "none"
         for frame in frames {
-            let request = frame.replacingOccurrences(of: "$room", with: roomId).replacingOccurrences(of: "$member", with: memberId)
-            await service.handle(text: request, channel: channel)
+            let onSecond = frame.hasPrefix("@2 ")
+            let request = String(onSecond ? frame.dropFirst(3) : frame[...])
+                .replacingOccurrences(of: "$room", with: roomId).replacingOccurrences(of: "$member", with: memberId)
+                .replacingOccurrences(of: "$secret", with: secret)
+            await service.handle(text: request, channel: onSecond ? second : first)
             var responses = 0
             for message in collector.take() {
                 guard let obj = (try? JSONSerialization.jsonObject(with: Data(message.utf8))) as? [String: Any] else {
@@ -64,10 +70,13 @@ actor Harness {
                     guard let result = obj["result"] as? [String: Any] else { preconditionFailure("no result or error: \(message)") }
                     if let room = result["room"] as? [String: Any], let id = room["id"] as? String { roomId = id }
                     if let member = result["member"] as? [String: Any], let id = member["id"] as? String { memberId = id }
+                    if let s = result["reconnectSecret"] as? String { secret = s }
                 }
             }
             precondition(responses == 1, "\(responses) responses to one frame: \(request.prefix(300))")
         }
+        await service.channelClosed(1)
+        await service.channelClosed(2)
         await service.closeAllRooms()
         _ = collector.take()
     }

@@ -1,0 +1,175 @@
+internal import Foundation
+internal import MinatoMedia
+internal import MinatoTransport
+internal import Metrics
+
+/// Member methods and lifecycle: join (with the room password checked off the actor), keepalive
+/// and takeover, removal, keepalive expiry, and transport failures reported by the workers.
+extension RoomService {
+    func join(_ p: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
+        let roomId = try p.string("roomId")
+        let name = try p.name("name")
+        let metadata = try p.metadata("metadata") ?? ""
+        let password = try p.password("password")
+        let interval = try p.optionalInt("keepaliveIntervalSec") ?? configuration.defaultKeepaliveIntervalSec
+        let gap = try p.optionalInt("keepaliveIntervalGapSec") ?? configuration.defaultKeepaliveIntervalGapSec
+        let replace = try p.optionalBool("replace") ?? false
+        let type = try p.optionalString("type") ?? "person"
+        guard interval >= 1, gap >= 0 else {
+            throw RoomError.invalidParameter("keepaliveIntervalSec must be at least 1 and keepaliveIntervalGapSec at least 0.")
+        }
+        guard interval <= configuration.maxKeepaliveIntervalSec else {
+            throw RoomError.limitExceeded("keepaliveIntervalSec may be at most \(configuration.maxKeepaliveIntervalSec) (rooms.maxKeepaliveIntervalSec).")
+        }
+        guard gap <= configuration.maxKeepaliveIntervalGapSec else {
+            throw RoomError.limitExceeded("keepaliveIntervalGapSec may be at most \(configuration.maxKeepaliveIntervalGapSec) (rooms.maxKeepaliveIntervalGapSec).")
+        }
+        guard type == "person" || type == "bot" else { throw RoomError.invalidParameter("type must be \"person\" or \"bot\".") }
+        let room = try room(roomId)
+        if let grant {
+            let rules = grant.rules(forRoom: room.name)
+            guard !rules.isEmpty else { throw RoomError.insufficientPermissions(Self.noRoomRule(room.name)) }
+            guard rules.contains(where: { r in r.member.map { globMatches($0.name, name ?? "") } ?? false }) else {
+                throw RoomError.insufficientPermissions("The token's scope has no member rule matching the name '\(name ?? "")' in room '\(room.name ?? room.id)'.")
+            }
+        }
+        /// Everything that may change while the password is being checked is checked again after.
+        func check() throws -> LocalSFURoomMember? {
+            try stillOpen(room)
+            let existing = name.flatMap { n in room.members.first { $0.name == n } }
+            if let existing, !replace { throw RoomError.memberNameDuplicated(existing.name ?? "") }
+            try checkMemberLimits(room: room, channel: channel, replacing: existing)
+            return existing
+        }
+        _ = try check()
+        if let hash = room.password {
+            guard let password, await checkPassword(hash, password, channel: channel) else { throw RoomError.wrongPassword() }
+        }
+        if let existing = try check() { removeMember(existing, from: room, reason: "replaced") }
+        let member = LocalSFURoomMember(id: UUID().uuidString.lowercased(), name: name, metadata: metadata, type: type,
+                                        roomId: room.id, channel: channel, keepaliveIntervalSec: interval,
+                                        keepaliveIntervalGapSec: gap, now: clock.now)
+        room.members.append(member)
+        emit(room, "memberJoined", ["member": member.json])
+        logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
+        return ["member": member.json, "room": room.json, "reconnectSecret": .string(member.reconnectSecret)]
+    }
+
+    /// Members per room, on the server, and owned by one connection (`replacing` leaves, so it
+    /// does not count).
+    func checkMemberLimits(room: Room, channel: ClientChannel, replacing: LocalSFURoomMember?) throws(RoomError) {
+        if replacing == nil, room.members.count >= configuration.maxMembersPerRoom {
+            throw .limitExceeded("The room has its maximum of \(configuration.maxMembersPerRoom) members (rooms.maxMembersPerRoom).")
+        }
+        let total = rooms.reduce(0) { $0 + $1.members.count }
+        if replacing == nil, total >= configuration.maxMembers {
+            throw .limitExceeded("The server has its maximum of \(configuration.maxMembers) members (rooms.maxMembers).")
+        }
+        var owned = 0
+        for r in rooms { for m in r.members where m.channel?.id == channel.id && m !== replacing { owned += 1 } }
+        if owned >= configuration.maxMembersPerConnection {
+            throw .limitExceeded("This connection has \(owned) members, its maximum (rooms.maxMembersPerConnection).")
+        }
+    }
+
+    /// Compares a password off the actor, after the connection's throttle delay: each wrong
+    /// password (and each check still running) on a connection doubles its next wait, to 4 s.
+    func checkPassword(_ hash: PasswordHash, _ password: String, channel: ClientChannel) async -> Bool {
+        var ledger = connections[channel.id] ?? ConnectionLedger()
+        let delay = PasswordChecks.delay(afterFailures: ledger.passwordFailures + ledger.passwordChecksRunning)
+        ledger.passwordChecksRunning += 1
+        connections[channel.id] = ledger
+        let ok = await passwords.matches(hash, password, after: delay)
+        if var after = connections[channel.id] {
+            after.passwordChecksRunning = max(0, after.passwordChecksRunning - 1)
+            after.passwordFailures = ok ? 0 : after.passwordFailures + 1
+            connections[channel.id] = after
+        }
+        if !ok { Counter(label: "minato_wrong_passwords_total").increment() }
+        return ok
+    }
+
+    func keepalive(_ p: Params, channel: ClientChannel) throws -> JSONValue {
+        let id = try p.string("memberId")
+        guard let (room, member) = findMember(id) else { throw RoomError.memberNotFound(id) }
+        // A reconnecting client takes its member over on the new connection, with the secret
+        // its join returned (a member id alone is public: getRoom lists it).
+        let tookOver = member.channel?.id != channel.id
+        if tookOver {
+            guard let secret = try p.optionalString("reconnectSecret"), constantTimeEquals(secret, member.reconnectSecret) else {
+                throw RoomError.insufficientPermissions(
+                    "Member '\(id)' belongs to another connection; taking it over needs the reconnectSecret its join returned.")
+            }
+            try checkMemberLimits(room: room, channel: channel, replacing: member)
+        }
+        member.channel = channel
+        member.disconnectedAt = nil
+        member.lastSeen = clock.now
+        // A server offer sent to (or held for) the lost connection may never have arrived:
+        // offer the current receive state again on the new one.
+        if tookOver, member.recvTransport != nil, member.recvOfferPending || member.recvNeedsOffer {
+            member.recvNeedsOffer = false
+            sendOffer(member)
+        }
+        return ["ttlSec": .int(member.keepaliveIntervalSec + member.keepaliveIntervalGapSec)]
+    }
+
+    /// Removes a member: its publications are unpublished (events first), its subscriptions end,
+    /// its transports close, and everyone (the member too) sees `memberLeft` with `reason`.
+    func removeMember(_ member: LocalSFURoomMember, from room: Room, reason: String) {
+        guard !member.removed else { return }
+        member.removed = true
+        for pub in room.publications where pub.publisherId == member.id { unpublish(pub, in: room) }
+        for sub in room.subscriptions where sub.subscriberId == member.id { endSubscription(sub, in: room, offerToSubscriber: false) }
+        let worker = workers[room.worker]
+        for t in [member.sendTransport, member.recvTransport].compactMap({ $0 }) {
+            transportOwners[t.id] = nil
+            let id = t.id
+            worker.post { $0.closeTransport(id) }
+        }
+        emit(room, "memberLeft", ["member": member.json], reason: reason)
+        room.members.removeAll { $0 === member }
+        logger.info("member left", metadata: ["room": "\(room.id)", "member": "\(member.id)", "reason": "\(reason)"])
+    }
+
+    func sweep() {
+        if verifier != nil { warnExpiringTokens() }
+        let now = clock.now
+        for room in rooms {
+            for m in room.members {
+                let ttl = Duration.seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec)
+                if let gone = m.disconnectedAt, now - gone > .seconds(m.keepaliveIntervalGapSec) {
+                    removeMember(m, from: room, reason: "keepaliveExpired")
+                } else if now - m.lastSeen > ttl {
+                    removeMember(m, from: room, reason: "keepaliveExpired")
+                }
+            }
+        }
+        flushOutbox()
+    }
+
+    func workerEvent(_ event: WorkerEvent) {
+        switch event {
+        case .transportConnected(let id):
+            logger.debug("transport connected", metadata: ["transport": "\(id)"])
+        case .transportClosed(let id, let reason):
+            guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
+                  let member = room.member(owner.member) else { return }
+            logger.info("transport closed", metadata: ["member": "\(member.id)", "reason": "\(reason)"])
+            let kind = reason.hasPrefix("connect timeout") ? "connect_timeout"
+                : reason.hasPrefix("ICE") ? "ice" : reason.contains("DTLS") ? "dtls" : "timeout"
+            Counter(label: "minato_transport_failures_total", dimensions: [("kind", kind)]).increment()
+            removeMember(member, from: room, reason: "transportClosed")
+            flushOutbox()
+        }
+    }
+
+}
+
+/// Compares two strings in time that depends only on their lengths.
+public func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+    let x = Array(a.utf8), y = Array(b.utf8)
+    var diff = UInt8(x.count == y.count ? 0 : 1)
+    for i in 0..<max(x.count, y.count) { diff |= (i < x.count ? x[i] : 0) ^ (i < y.count ? y[i] : 0) }
+    return diff == 0
+}
