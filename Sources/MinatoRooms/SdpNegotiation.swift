@@ -174,6 +174,15 @@ enum SdpNegotiation {
         return lines
     }
 
+    /// The server's offer for a member's receive connection: a session header BUNDLEing every
+    /// slot's mid (ice-lite when the local agent is lite), then each slot's m-section in order,
+    /// with the local candidates and end-of-candidates in the first m-section only.
+    static func receiveOffer(slots: [ReceiveSlot], local: TransportDescription, version: Int, sessionId: UInt64) -> String {
+        var lines = sessionHeader(version: version, sessionId: sessionId, mids: slots.map(\.mid), iceLite: local.iceLite)
+        for (i, slot) in slots.enumerated() { lines += slot.lines(local: local, candidates: i == 0) }
+        return lines.joined(separator: "\r\n") + "\r\n"
+    }
+
     /// Answers a client's send-connection offer: every audio/video m-line the client sends is
     /// accepted recvonly with its first forwardable codec; anything else is rejected (port 0).
     static func answerPublisherOffer(_ offer: SessionDescription, local: TransportDescription,
