@@ -30,9 +30,6 @@ NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean cont
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data) {
     return g_signal_connect(G_OBJECT(agent), "component-state-changed", G_CALLBACK(cb), data);
 }
-gulong minato_nice_on_gathering_done(NiceAgent *agent, minato_gathering_done_cb cb, gpointer data) {
-    return g_signal_connect(G_OBJECT(agent), "candidate-gathering-done", G_CALLBACK(cb), data);
-}
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data) {
     return g_signal_connect(G_OBJECT(agent), "new-selected-pair-full", G_CALLBACK(cb), data);
 }
@@ -66,7 +63,6 @@ void minato_ssl_set_mtu(SSL *ssl, long mtu) {
     SSL_set_mtu(ssl, mtu);
     DTLS_set_link_mtu(ssl, mtu);
 }
-void minato_bio_set_retry_write(BIO *bio) { BIO_set_retry_write(bio); }
 
 int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_id,
                              struct sockaddr_storage *remote, unsigned int *remote_len) {

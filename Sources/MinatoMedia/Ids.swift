@@ -41,13 +41,48 @@ public typealias Nanoseconds = UInt64
 
 public enum MediaKind: Sendable, Equatable { case audio, video }
 
-/// Why a received packet was not forwarded (counted, never logged per packet).
+/// Why a packet was not forwarded, counted per reason (never logged per packet) and exported
+/// as `minato_packets_dropped_total{reason=<name>}`. Receive-side reasons count received
+/// datagrams (the engine's and the transport's checks); send-side reasons count outgoing
+/// packets (one per consumer copy, or one RTCP packet) that the worker could not send.
 public enum DropReason: Int, CaseIterable, Sendable {
-    case malformedRtp, malformedRtcp, unknownSsrc, retransmission, unknownPayloadType,
-         producerPaused, waitingForKeyFrame, outboxFull, srtpFailure, unknownPacket
+    // Receive side.
+    /// Shorter than an RTP header, or a header that does not parse.
+    case malformedRtp
+    /// Larger than an outbox slot can hold (`MediaEngine.maxPacketLength` clear bytes).
+    case oversize
+    case malformedRtcp
+    case unknownSsrc
+    /// RTX (retransmission) packets: not forwarded yet.
+    case retransmission
+    case unknownPayloadType
+    case producerPaused
+    case waitingForKeyFrame
+    case outboxFull
+    /// The copy in the outbox did not parse again (cannot happen for a packet that parsed once;
+    /// counted rather than assumed).
+    case reparseFailed
+    /// SRTP or SRTCP arrived before DTLS set up the keys (or after the transport closed).
+    case noSrtpSession
+    /// `srtp_unprotect` rejected it (authentication, replay, or a malformed SRTP packet).
+    case srtpUnprotectFailed
+    /// Neither RTP, RTCP nor DTLS (RFC 7983 first byte), or STUN libnice did not consume.
+    case unknownPacket
+    // Send side.
+    /// Queued for a transport that closed before the flush.
+    case transportClosed
+    /// `srtp_protect` failed.
+    case srtpProtectFailed
+    /// The transport has no ICE connection to send on yet.
+    case iceNotConnected
+    /// The kernel (or libnice) refused the datagram: socket buffer full, network error.
+    case sendFailed
+
+    /// The Prometheus label value: stable, snake_case.
     public var name: String {
         switch self {
         case .malformedRtp: return "malformed_rtp"
+        case .oversize: return "oversize"
         case .malformedRtcp: return "malformed_rtcp"
         case .unknownSsrc: return "unknown_ssrc"
         case .retransmission: return "retransmission"
@@ -55,10 +90,19 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .producerPaused: return "producer_paused"
         case .waitingForKeyFrame: return "waiting_for_key_frame"
         case .outboxFull: return "outbox_full"
-        case .srtpFailure: return "srtp_failure"
+        case .reparseFailed: return "reparse_failed"
+        case .noSrtpSession: return "no_srtp_session"
+        case .srtpUnprotectFailed: return "srtp_unprotect_failed"
         case .unknownPacket: return "unknown_packet"
+        case .transportClosed: return "transport_closed"
+        case .srtpProtectFailed: return "srtp_protect_failed"
+        case .iceNotConnected: return "ice_not_connected"
+        case .sendFailed: return "send_failed"
         }
     }
+
+    /// True for reasons counted per outgoing packet (after the engine queued it).
+    public var isSendSide: Bool { rawValue >= DropReason.transportClosed.rawValue }
 }
 
 public enum MediaError: Error, Equatable, Sendable, CustomStringConvertible {

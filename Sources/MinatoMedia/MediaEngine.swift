@@ -57,6 +57,9 @@ public struct ConsumerStats: Sendable {
 /// transports they use, kept in flat arrays indexed by id (one owner, no references between
 /// them). Sans-IO: `handleRtp`/`handleRtcp`/`handleTimeout` take packets and the time and
 /// leave packets to send in the outbox (`transmitCount`, `transmit(at:)`, `clearTransmits()`).
+/// Timers by deadline: `nextDeadline` says when `handleTimeout` next has work (a throttled
+/// keyframe request, receiver reports while RTP arrives); nil means never, and calling
+/// `handleTimeout` before the deadline does nothing (no scan). Reading `nextDeadline` is O(1).
 /// Not thread-safe: lives on one media worker thread. The packet path allocates nothing.
 public final class MediaEngine {
     struct TransportEntry {
@@ -70,7 +73,6 @@ public final class MediaEngine {
         var receiveSsrcs = ContiguousArray<(ssrc: UInt32, producer: Int32)>()
         /// Consumers sending on this transport (for incoming RTCP feedback).
         var consumers = ContiguousArray<Int32>()
-        var lastReceivedAt: Nanoseconds = 0
     }
 
     struct Producer {
@@ -81,6 +83,8 @@ public final class MediaEngine {
         var stream = RtpStream()
         var keyFrames = KeyFrameRequester()
         var keyFrameRequests: UInt64 = 0
+        /// `stream.packets` when the last receiver report for it went out.
+        var reportedPackets: UInt64 = 0
     }
 
     struct Consumer {
@@ -97,6 +101,8 @@ public final class MediaEngine {
 
     public static let slotSize = 1600
     public static let srtpTrailerRoom = 64
+    /// The largest clear RTP packet forwarded; larger ones are dropped (`DropReason.oversize`).
+    public static let maxPacketLength = slotSize - srtpTrailerRoom
 
     private var transports = ContiguousArray<TransportEntry>()
     private var producers = ContiguousArray<Producer>()
@@ -117,14 +123,18 @@ public final class MediaEngine {
     // Counters.
     public private(set) var rtpPacketsReceived: UInt64 = 0
     public private(set) var rtpBytesReceived: UInt64 = 0
-    public private(set) var rtpPacketsForwarded: UInt64 = 0
-    public private(set) var rtpBytesForwarded: UInt64 = 0
+    /// RTP copies queued in the outbox for consumers (the worker counts what it actually sent).
+    public private(set) var rtpPacketsQueued: UInt64 = 0
+    public private(set) var rtpBytesQueued: UInt64 = 0
     public private(set) var rtcpPacketsReceived: UInt64 = 0
     public private(set) var keyFrameRequestsSent: UInt64 = 0
     public private(set) var nacksReceived: UInt64 = 0
     private var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
-    private var nextReportAt: Nanoseconds = 0
     public static let reportInterval: Nanoseconds = 1_000_000_000
+    /// The earliest throttled keyframe request's deadline (`.max`: none pending).
+    private var keyFrameDeadline: Nanoseconds = .max
+    /// When receiver reports are next due (`.max`: no RTP arrived since the last ones).
+    private var reportDeadline: Nanoseconds = .max
 
     public init(outboxSlots: Int = 512) {
         self.outboxSlots = outboxSlots
@@ -282,7 +292,11 @@ public final class MediaEngine {
     /// Asks the producer's sender for a keyframe, throttled per producer.
     public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds) {
         guard isActive(p) else { return }
-        if producers[Int(p.slot)].keyFrames.request(now: now) { emitKeyFrameRequest(Int(p.slot)) }
+        if producers[Int(p.slot)].keyFrames.request(now: now) {
+            emitKeyFrameRequest(Int(p.slot))
+        } else if let due = producers[Int(p.slot)].keyFrames.deadline {
+            keyFrameDeadline = min(keyFrameDeadline, due)
+        }
     }
 
     public func producerStats(_ p: ProducerId) -> ProducerStats? {
@@ -295,10 +309,6 @@ public final class MediaEngine {
         return ConsumerStats(packetsSent: consumers[Int(c.slot)].packetsSent, bytesSent: consumers[Int(c.slot)].bytesSent)
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }
-    public func countDrop(_ reason: DropReason) { drops[reason.rawValue] &+= 1 }
-    public func lastReceived(on t: TransportIndex) -> Nanoseconds? {
-        isActive(t) ? transports[Int(t.slot)].lastReceivedAt : nil
-    }
     /// True when RTP with `ssrc` is expected on `t` (a producer's SSRC or RTX SSRC there).
     /// For the transport to drop packets of unknown streams before `srtp_unprotect`, which
     /// would otherwise set up libsrtp state for each new SSRC. Allocation-free.
@@ -319,10 +329,9 @@ public final class MediaEngine {
         rtpBytesReceived &+= UInt64(packet.count)
         guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
         let t = Int(transport.slot)
-        transports[t].lastReceivedAt = now
-        // A packet larger than an outbox slot would be forwarded cut short: malformed here.
-        guard packet.count <= Self.slotSize - Self.srtpTrailerRoom, let view = RtpPacketView(packet),
-              let source = packet.baseAddress else {
+        // A packet larger than an outbox slot would be forwarded cut short: dropped.
+        guard packet.count <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return }
+        guard let view = RtpPacketView(packet), let source = packet.baseAddress else {
             drops[DropReason.malformedRtp.rawValue] &+= 1; return
         }
         let ssrc = view.ssrc
@@ -334,6 +343,7 @@ public final class MediaEngine {
         let sequence = view.sequenceNumber, timestamp = view.timestamp
         producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: packet.count, now: now,
                                      clockRate: producers[p].parameters.clockRate)
+        if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
         if producers[p].parameters.paused { drops[DropReason.producerPaused.rawValue] &+= 1; return }
         if view.payloadType != producers[p].parameters.payloadType {
             drops[DropReason.unknownPayloadType.rawValue] &+= 1; return
@@ -353,9 +363,11 @@ public final class MediaEngine {
             let slot = outbox + transmitCount * Self.slotSize
             let length = packet.count
             slot.copyMemory(from: source, byteCount: length)
-            guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else { continue }
+            guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
+                drops[DropReason.reparseFailed.rawValue] &+= 1; continue
+            }
             let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
-            var o = out
+            let o = out
             o.ssrc = consumers[c].parameters.ssrc
             o.payloadType = consumers[c].parameters.payloadType
             o.sequenceNumber = outSeq
@@ -369,17 +381,16 @@ public final class MediaEngine {
             pendingLengths[transmitCount] = Int32(length)
             pendingIsRtcp[transmitCount] = false
             transmitCount += 1
-            rtpPacketsForwarded &+= 1
-            rtpBytesForwarded &+= UInt64(length)
+            rtpPacketsQueued &+= 1
+            rtpBytesQueued &+= UInt64(length)
         }
     }
 
     /// Handles one clear (compound) RTCP packet received on `transport`.
     public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
         rtcpPacketsReceived &+= 1
-        guard isActive(transport) else { return }
+        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
         let t = Int(transport.slot)
-        transports[t].lastReceivedAt = now
         var it = RtcpIterator(packet)
         while let p = it.next() {
             if let sr = SenderReport(p) {
@@ -397,25 +408,43 @@ public final class MediaEngine {
         if it.malformed { drops[DropReason.malformedRtcp.rawValue] &+= 1 }
     }
 
-    /// Sends due keyframe requests and periodic receiver reports.
+    /// When `handleTimeout` next has work; nil when nothing is pending (an idle engine, or
+    /// producers that are silent and owe no keyframe request). O(1).
+    public var nextDeadline: Nanoseconds? {
+        let soonest = min(keyFrameDeadline, reportDeadline)
+        return soonest == .max ? nil : soonest
+    }
+
+    /// Sends the keyframe requests and receiver reports due at `now`. Before `nextDeadline`
+    /// it returns at once: no scan of producers.
     public func handleTimeout(now: Nanoseconds) {
-        for p in producers.indices where producers[p].active {
-            if producers[p].keyFrames.poll(now: now) { emitKeyFrameRequest(p) }
+        if now >= keyFrameDeadline {
+            var soonest: Nanoseconds = .max
+            for p in producers.indices where producers[p].active && producers[p].keyFrames.pending {
+                if producers[p].keyFrames.poll(now: now) { emitKeyFrameRequest(p) }
+                if let due = producers[p].keyFrames.deadline { soonest = min(soonest, due) }
+            }
+            keyFrameDeadline = soonest
         }
-        if now >= nextReportAt {
-            nextReportAt = now &+ Self.reportInterval
-            for p in producers.indices where producers[p].active && producers[p].stream.packets > 0 {
+        if now >= reportDeadline {
+            // Report the streams heard from since the last reports (RFC 3550 6.4.2); while any
+            // was, report again in an interval, else wait for the next RTP packet.
+            var reported = false
+            for p in producers.indices where producers[p].active && producers[p].stream.packets != producers[p].reportedPackets {
                 let transport = producers[p].parameters.transport
                 guard isActive(transport) else { continue }
                 let t = Int(transport.slot)
-                guard transmitCount < outboxSlots else { break }
+                guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; break }
+                producers[p].reportedPackets = producers[p].stream.packets
+                reported = true
                 let block = producers[p].stream.reportBlock(ssrc: producers[p].parameters.ssrc, now: now)
                 let slot = outbox + transmitCount * Self.slotSize
                 let n = RtcpWriter.receiverReport(
-                    into: UnsafeMutableRawBufferPointer(start: slot, count: Self.slotSize - Self.srtpTrailerRoom),
+                    into: UnsafeMutableRawBufferPointer(start: slot, count: Self.maxPacketLength),
                     senderSsrc: transports[t].feedbackSsrc, block: block)
                 if n > 0 { enqueue(transport: transport, length: n, isRtcp: true) }
             }
+            reportDeadline = reported ? now &+ Self.reportInterval : .max
         }
     }
 
@@ -461,7 +490,7 @@ public final class MediaEngine {
         guard params.keyFrameRequest != .none, transmitCount < outboxSlots, isActive(params.transport) else { return }
         let t = Int(params.transport.slot)
         let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
-                                                 count: Self.slotSize - Self.srtpTrailerRoom)
+                                                 count: Self.maxPacketLength)
         let n: Int
         if params.keyFrameRequest == .fir {
             n = RtcpWriter.fir(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc,
@@ -496,7 +525,7 @@ public final class MediaEngine {
             guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
             let consumer = consumers[Int(c)]
             let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
-                                                     count: Self.slotSize - Self.srtpTrailerRoom)
+                                                     count: Self.maxPacketLength)
             let n = RtcpWriter.senderReport(
                 into: slot, ssrc: consumer.parameters.ssrc, ntpTimestamp: sr.ntpTimestamp,
                 rtpTimestamp: consumer.rewriter.translate(timestamp: sr.rtpTimestamp),

@@ -4,12 +4,17 @@ internal import Synchronization
 
 /// Sums of every worker's counters at one scrape.
 struct WorkerTotals {
-    var received: UInt64 = 0, forwarded: UInt64 = 0, bytesForwarded: UInt64 = 0, keyFrameRequests: UInt64 = 0
+    var received: UInt64 = 0, bytesReceived: UInt64 = 0, forwarded: UInt64 = 0, bytesForwarded: UInt64 = 0
+    var rtcpReceived: UInt64 = 0, rtcpSent: UInt64 = 0, nacksReceived: UInt64 = 0, keyFrameRequests: UInt64 = 0
+    var timerWakeups: UInt64 = 0
     var transports = 0
     var drops: [String: UInt64] = [:]
     mutating func add(_ c: WorkerCounters) {
-        received &+= c.rtpPacketsReceived; forwarded &+= c.rtpPacketsForwarded
-        bytesForwarded &+= c.rtpBytesForwarded; keyFrameRequests &+= c.keyFrameRequestsSent
+        received &+= c.rtpPacketsReceived; bytesReceived &+= c.rtpBytesReceived
+        forwarded &+= c.rtpPacketsForwarded; bytesForwarded &+= c.rtpBytesForwarded
+        rtcpReceived &+= c.rtcpPacketsReceived; rtcpSent &+= c.rtcpPacketsSent
+        nacksReceived &+= c.nacksReceived; keyFrameRequests &+= c.keyFrameRequestsSent
+        timerWakeups &+= c.timerWakeups
         transports += c.transports
         for (k, v) in c.drops { drops[k, default: 0] &+= v }
     }
@@ -17,18 +22,28 @@ struct WorkerTotals {
 
 /// The packet-path counters in the Prometheus registry. The workers count on their own
 /// threads (no metrics call per packet); each scrape adds what grew since the last one.
+/// Every drop reason is exported from the first scrape on (zeros included).
 final class PacketMetrics: Sendable {
-    let received, forwarded, bytesForwarded, keyFrameRequests: Counter
+    let received, bytesReceived, forwarded, bytesForwarded, rtcpReceived, rtcpSent, nacksReceived: Counter
+    let keyFrameRequests, timerWakeups: Counter
     let transports, rooms, members, publications, subscriptions: Gauge
     let registry: PrometheusCollectorRegistry
     private let last = Mutex<WorkerTotals>(WorkerTotals())
 
     init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
-        received = registry.makeCounter(name: "minato_rtp_packets_received_total", help: "RTP packets received from publishers.")
-        forwarded = registry.makeCounter(name: "minato_rtp_packets_forwarded_total", help: "RTP packets sent to subscribers.")
+        received = registry.makeCounter(name: "minato_rtp_packets_received_total", help: "RTP packets received from publishers (decrypted).")
+        bytesReceived = registry.makeCounter(name: "minato_rtp_bytes_received_total", help: "RTP bytes (clear) received from publishers.")
+        forwarded = registry.makeCounter(name: "minato_rtp_packets_forwarded_total",
+                                         help: "RTP packets sent to subscribers (counted after the send succeeded).")
         bytesForwarded = registry.makeCounter(name: "minato_rtp_bytes_forwarded_total", help: "RTP bytes (clear) sent to subscribers.")
+        rtcpReceived = registry.makeCounter(name: "minato_rtcp_packets_received_total", help: "RTCP compound packets received.")
+        rtcpSent = registry.makeCounter(name: "minato_rtcp_packets_sent_total",
+                                        help: "RTCP packets sent (receiver reports, translated sender reports, PLI/FIR).")
+        nacksReceived = registry.makeCounter(name: "minato_rtcp_nacks_received_total", help: "Generic NACKs received from subscribers.")
         keyFrameRequests = registry.makeCounter(name: "minato_keyframe_requests_total", help: "PLI/FIR sent to publishers.")
+        timerWakeups = registry.makeCounter(name: "minato_worker_timer_wakeups_total",
+                                            help: "Media worker timer wake-ups (a deadline was due).")
         transports = registry.makeGauge(name: "minato_transports", help: "WebRTC transports open.")
         rooms = registry.makeGauge(name: "minato_rooms", help: "Rooms open.")
         members = registry.makeGauge(name: "minato_members", help: "Members joined.")
@@ -40,12 +55,18 @@ final class PacketMetrics: Sendable {
         last.withLock { last in
             func grow(_ c: Counter, _ new: UInt64, _ old: UInt64) { if new > old { c.increment(by: Int64(clamping: new - old)) } }
             grow(received, now.received, last.received)
+            grow(bytesReceived, now.bytesReceived, last.bytesReceived)
             grow(forwarded, now.forwarded, last.forwarded)
             grow(bytesForwarded, now.bytesForwarded, last.bytesForwarded)
+            grow(rtcpReceived, now.rtcpReceived, last.rtcpReceived)
+            grow(rtcpSent, now.rtcpSent, last.rtcpSent)
+            grow(nacksReceived, now.nacksReceived, last.nacksReceived)
             grow(keyFrameRequests, now.keyFrameRequests, last.keyFrameRequests)
+            grow(timerWakeups, now.timerWakeups, last.timerWakeups)
             for (reason, n) in now.drops {
+                // Made (at 0) on the first scrape, so every reason is listed.
                 let c = registry.makeCounter(name: "minato_packets_dropped_total", labels: [("reason", reason)],
-                                             help: "Received packets not forwarded, by reason.")
+                                             help: "Packets not forwarded, by reason: received datagrams, or outgoing packets the worker could not send.")
                 grow(c, n, last.drops[reason] ?? 0)
             }
             last = now

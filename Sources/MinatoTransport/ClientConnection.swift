@@ -160,7 +160,7 @@ public final class ClientConnection {
     private func handle(_ outcome: DtlsTransport.Outcome) {
         switch outcome {
         case .none: break
-        case .failed(let reason): fail(reason)
+        case .failed(let failure): fail("DTLS failed: \(failure)")
         case .connected(let profile, let localKey, let remoteKey):
             do {
                 srtp = try SrtpSession(profile: profile, localKeyAndSalt: localKey, remoteKeyAndSalt: remoteKey)

@@ -64,7 +64,7 @@ public final class ClientWorkerCore {
         }
         while !stopping {
             g_main_context_iteration(context, 1)
-            for job in inbox.take() { job(self) }
+            inbox.runJobs(self)
         }
         cancel(tick)
         for c in Array(connections.values) { c.close() }

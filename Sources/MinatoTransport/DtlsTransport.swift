@@ -6,8 +6,8 @@ internal import CMinatoShims
 /// `send` closure it is given (control path only: handshake traffic, never media).
 final class DtlsTransport {
     enum Role: Sendable { case client, server }
-    enum State: Equatable { case new, connecting, connected, failed(String), closed }
-    enum Outcome { case none, connected(SrtpProfile, local: [UInt8], remote: [UInt8]), failed(String) }
+    enum State: Equatable { case new, connecting, connected, failed(DtlsFailure), closed }
+    enum Outcome { case none, connected(SrtpProfile, local: [UInt8], remote: [UInt8]), failed(DtlsFailure) }
 
     private let ssl: OpaquePointer
     private let readBio: OpaquePointer
@@ -70,7 +70,7 @@ final class DtlsTransport {
             let n = SSL_read(ssl, &sink, Int32(sink.count))
             if n <= 0 {
                 let err = SSL_get_error(ssl, n)
-                if err == SSL_ERROR_ZERO_RETURN { state = .closed; return .failed("the peer closed DTLS") }
+                if err == SSL_ERROR_ZERO_RETURN { state = .closed; return .failed(.peerClosed) }
             }
             return .none
         }
@@ -88,8 +88,7 @@ final class DtlsTransport {
     func handleTimeout() -> Outcome {
         guard state == .connecting else { return .none }
         if minato_dtls_handle_timeout(ssl) < 0 {
-            state = .failed("DTLS handshake timed out")
-            return .failed("DTLS handshake timed out")
+            return fail(.handshakeTimedOut)
         }
         return .none
     }
@@ -99,43 +98,41 @@ final class DtlsTransport {
         state = .closed
     }
 
+    private func fail(_ failure: DtlsFailure) -> Outcome {
+        state = .failed(failure)
+        return .failed(failure)
+    }
+
     private func advance() -> Outcome {
         let rc = SSL_do_handshake(ssl)
         if rc == 1 { return finish() }
         let err = SSL_get_error(ssl, rc)
         if err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE { return .none }
-        let reason = Self.errorQueueText()
-        state = .failed("DTLS handshake failed: \(reason)")
-        return .failed("DTLS handshake failed: \(reason)")
+        return fail(.handshakeFailed(Self.errorQueueText()))
     }
 
     private func finish() -> Outcome {
         guard let peer = SSL_get1_peer_certificate(ssl) else {
-            state = .failed("the peer sent no certificate")
-            return .failed("the peer sent no certificate")
+            return fail(.noPeerCertificate)
         }
         defer { X509_free(peer) }
         guard let expected = remoteFingerprint else {
-            state = .failed("no remote fingerprint was signalled")
-            return .failed("no remote fingerprint was signalled")
+            return fail(.noRemoteFingerprint)
         }
         guard let actual = CryptoRuntime.digest(of: peer, algorithm: expected.algorithm),
               actual.caseInsensitiveCompare(expected.value) else {
-            state = .failed("the peer's certificate does not match its SDP fingerprint")
-            return .failed("the peer's certificate does not match its SDP fingerprint")
+            return fail(.fingerprintMismatch)
         }
         guard let profilePtr = SSL_get_selected_srtp_profile(ssl),
               let profile = SrtpProfile(opensslId: UInt(profilePtr.pointee.id)) else {
-            state = .failed("no SRTP profile was negotiated")
-            return .failed("no SRTP profile was negotiated")
+            return fail(.noSrtpProfile)
         }
         let keyLen = profile.keyLength, saltLen = profile.saltLength
         var material = [UInt8](repeating: 0, count: 2 * (keyLen + saltLen))
         let label = "EXTRACTOR-dtls_srtp"
         let ok = SSL_export_keying_material(ssl, &material, material.count, label, label.utf8.count, nil, 0, 0)
         guard ok == 1 else {
-            state = .failed("exporting SRTP keys failed")
-            return .failed("exporting SRTP keys failed")
+            return fail(.keyExportFailed)
         }
         let clientKey = material[0..<keyLen]
         let serverKey = material[keyLen..<2 * keyLen]

@@ -146,21 +146,19 @@ final class IceAgent {
     }
 }
 
+/// libnice's receive callback for a server transport: the transport turns the datagram into an
+/// outcome, its worker acts on it.
 func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ len: guint,
-                        _ buf: UnsafeMutablePointer<gchar>?, _ owner: gpointer?) {
+                _ buf: UnsafeMutablePointer<gchar>?, _ owner: gpointer?) {
     guard let owner, let buf, len > 0 else { return }
-    Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
-        .received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)))
+    let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
+    transport.worker.received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)), on: transport)
 }
 
 func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
     let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
-    switch IceProgress(state) {
-    case .connected: transport.iceConnected()
-    case .failed: transport.iceFailed()
-    case .none: break
-    }
+    transport.worker.iceChanged(IceProgress(state), on: transport)
 }
 
 /// What a libnice component state means to an agent's owner (server or client transport).

@@ -7,15 +7,25 @@ public import Logging
 /// What a media worker tells the control plane (through `MediaWorker.events`).
 public enum WorkerEvent: Sendable {
     case transportConnected(TransportId)
-    case transportClosed(TransportId, reason: String)
+    case transportClosed(TransportId, reason: TransportCloseReason)
 }
 
 /// Counters a worker reports (read through `perform`).
 public struct WorkerCounters: Sendable {
+    /// RTP packets received and decrypted (before the engine's checks), and their clear bytes.
     public var rtpPacketsReceived: UInt64
+    public var rtpBytesReceived: UInt64
+    /// RTP packets (and clear bytes) sent to subscribers: counted after a successful send.
     public var rtpPacketsForwarded: UInt64
     public var rtpBytesForwarded: UInt64
+    public var rtcpPacketsReceived: UInt64
+    /// RTCP the worker sent (receiver reports, translated sender reports, PLI/FIR).
+    public var rtcpPacketsSent: UInt64
+    public var nacksReceived: UInt64
     public var keyFrameRequestsSent: UInt64
+    /// Timer wake-ups (deadlines reached); 0 on an idle worker.
+    public var timerWakeups: UInt64
+    /// Every `DropReason` by its `name`, zeros included.
     public var drops: [String: UInt64]
     public var transports: Int
 }
@@ -44,8 +54,9 @@ public final class MediaWorker: Sendable {
     typealias Inbox = WorkerInbox<WorkerCore>
 
     /// `transportTimeout`: a connected transport that received no media or RTCP for this long
-    /// is closed. `connectTimeout`: a transport whose ICE and DTLS have not connected this long
-    /// after it was created is closed (reason "connect timeout: …"). Zero disables either.
+    /// is closed (`TransportCloseReason.mediaTimeout`). `connectTimeout`: a transport whose ICE
+    /// and DTLS have not connected this long after it was created is closed
+    /// (`.connectTimeout`). Zero disables either.
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
                 transportTimeout: Duration, connectTimeout: Duration = .seconds(20), logger: Logger) {
         self.index = index
@@ -96,21 +107,29 @@ struct UncheckedBox<T>: @unchecked Sendable { let value: T; init(_ v: T) { value
 /// for its `Core`, and a wakeup of the thread's `GMainContext`, which runs them after its
 /// current iteration. Everything else of the worker is confined to its thread.
 final class WorkerInbox<Core>: @unchecked Sendable {
-    private let jobs = Mutex<[@Sendable (Core) -> Void]>([])
+    typealias Job = @Sendable (Core) -> Void
+    private let jobs = Mutex<[Job]>([])
+    /// The batch being run: touched only by the worker thread (`runJobs`). Swapped with `jobs`
+    /// under the lock, so neither array is copied and, once both have grown, nothing allocates.
+    private var running: [Job] = []
     let context: OpaquePointer   // GMainContext*, owned by the worker thread
     init(context: OpaquePointer) { self.context = context }
 
-    func post(_ job: @escaping @Sendable (Core) -> Void) {
+    func post(_ job: @escaping Job) {
         jobs.withLock { $0.append(job) }
         g_main_context_wakeup(context)
     }
 
-    func take() -> [@Sendable (Core) -> Void] {
-        jobs.withLock { jobs in
-            let all = jobs
-            jobs.removeAll(keepingCapacity: true)
-            return all
+    /// Runs every job posted so far, in order, on the calling (worker) thread. Allocation-free.
+    func runJobs(_ core: Core) {
+        jobs.withLock { swap(&$0, &running) }
+        guard !running.isEmpty else { return }
+        var i = 0
+        while i < running.count {
+            running[i](core)
+            i += 1
         }
+        running.removeAll(keepingCapacity: true)
     }
 
     /// Runs `body` on the worker thread and returns its result.
@@ -123,7 +142,20 @@ final class WorkerInbox<Core>: @unchecked Sendable {
     }
 }
 
-/// Everything one media worker owns. Confined to the worker thread (checked in debug builds).
+/// Everything one media worker owns: the engine (routing), every transport, the send batch and
+/// the packet counters, and one timer armed for the soonest deadline. Confined to the worker
+/// thread (checked in debug builds).
+///
+/// Transports report, the worker decides: a transport turns each input into an outcome
+/// (`ReceiveOutcome`, `TransportUpdate`, `SendOutcome`) and the worker routes packets into the
+/// engine, batches the engine's output per transport, counts, and closes transports.
+///
+/// Timers by deadline: the engine (`MediaEngine.nextDeadline`) and each transport
+/// (`WebRtcTransport.deadline`) say when they next need a timeout; the worker arms one GLib
+/// source (`g_source_set_ready_time`) for the soonest. With nothing due the thread sleeps in
+/// `poll`. The engine's deadline is O(1) to read and checked after every loop iteration; the
+/// transports' are recomputed only after something that can move them (a command, a DTLS or ICE
+/// event, the timer itself), and the media timeout is rechecked lazily when it fires.
 public final class WorkerCore {
     let context: OpaquePointer
     let runtime: CryptoRuntime
@@ -138,10 +170,26 @@ public final class WorkerCore {
     private let transportTimeout: Nanoseconds
     private let connectTimeout: Nanoseconds
     private var transports: [TransportId: WebRtcTransport] = [:]
-    /// Engine transport index -> transport, for the send path.
+    /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
     private var stopping = false
     private var thread: pthread_t?
+
+    // Counters (the engine keeps its own receive-side ones).
+    private var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
+    private var rtpPacketsSent: UInt64 = 0
+    private var rtpBytesSent: UInt64 = 0
+    private var rtcpPacketsSent: UInt64 = 0
+    private var timerWakeups: UInt64 = 0
+
+    // The timer.
+    private var timer: UnsafeMutablePointer<GSource>?
+    private var timerFuncs: UnsafeMutablePointer<GSourceFuncs>?
+    /// What the timer is armed for (`.max`: disarmed; 0: must be set again).
+    private var armedFor: Nanoseconds = .max
+    /// The soonest transport deadline, valid while `transportDeadlinesStale` is false.
+    private var transportDeadline: Nanoseconds = .max
+    private var transportDeadlinesStale = false
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
          events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds,
@@ -158,25 +206,18 @@ public final class WorkerCore {
     func run(inbox: MediaWorker.Inbox) {
         thread = pthread_self()
         g_main_context_push_thread_default(context)
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        let tick = g_timeout_source_new(20)
-        g_source_set_callback(tick, { data in
-            guard let data else { return 0 }
-            Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().tick()
-            return 1
-        }, me, nil)
-        g_source_attach(tick, context)
+        startTimer()
         while !stopping {
             g_main_context_iteration(context, 1)
             // Packets received in this iteration were routed into the outbox; send them now,
             // batched per subscriber.
             flush()
-            for job in inbox.take() { job(self) }
+            inbox.runJobs(self)
+            armTimer()
         }
-        for t in transports.values { t.close(reason: "server shutting down") }
+        for t in transports.values { t.close(context: context) }
         transports.removeAll()
-        g_source_destroy(tick)
-        g_source_unref(tick)
+        stopTimer()
         g_main_context_pop_thread_default(context)
         eventSink.finish()
     }
@@ -192,12 +233,14 @@ public final class WorkerCore {
     public func createTransport(id: TransportId, router: RouterId) throws -> TransportDescription {
         assertOnThread()
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
-        let transport = WebRtcTransport(id: id, index: index, core: self, now: monotonicNow())
+        let transport = WebRtcTransport(id: id, index: index, worker: self, now: monotonicNow())
         do {
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             transports[id] = transport
             while byIndex.count <= Int(index.slot) { byIndex.append(nil) }
             byIndex[Int(index.slot)] = transport
+            batch.reserve(transportSlot: Int(index.slot))
+            transportDeadlinesStale = true
             return description
         } catch {
             engine.removeTransport(index)
@@ -207,7 +250,8 @@ public final class WorkerCore {
 
     public func setRemote(_ id: TransportId, _ remote: RemoteTransportParameters) throws {
         guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
-        t.setRemote(remote)
+        apply(t.setRemote(remote), to: t)
+        transportDeadlinesStale = true
     }
 
     public func addRemoteCandidate(_ id: TransportId, _ candidate: String?) throws {
@@ -243,24 +287,48 @@ public final class WorkerCore {
 
     public func closeTransport(_ id: TransportId) {
         guard let t = transports.removeValue(forKey: id) else { return }
-        t.close(reason: nil)
+        t.close(context: context)
         engine.removeTransport(t.index)
         if Int(t.index.slot) < byIndex.count, byIndex[Int(t.index.slot)] === t { byIndex[Int(t.index.slot)] = nil }
+        transportDeadlinesStale = true
     }
 
     public var counters: WorkerCounters {
-        var drops: [String: UInt64] = [:]
-        for r in DropReason.allCases { drops[r.name] = engine.drops(r) }
-        return WorkerCounters(rtpPacketsReceived: engine.rtpPacketsReceived, rtpPacketsForwarded: engine.rtpPacketsForwarded,
-                              rtpBytesForwarded: engine.rtpBytesForwarded, keyFrameRequestsSent: engine.keyFrameRequestsSent,
-                              drops: drops, transports: transports.count)
+        var named: [String: UInt64] = [:]
+        for r in DropReason.allCases { named[r.name] = engine.drops(r) &+ drops[r.rawValue] }
+        return WorkerCounters(
+            rtpPacketsReceived: engine.rtpPacketsReceived, rtpBytesReceived: engine.rtpBytesReceived,
+            rtpPacketsForwarded: rtpPacketsSent, rtpBytesForwarded: rtpBytesSent,
+            rtcpPacketsReceived: engine.rtcpPacketsReceived, rtcpPacketsSent: rtcpPacketsSent,
+            nacksReceived: engine.nacksReceived, keyFrameRequestsSent: engine.keyFrameRequestsSent,
+            timerWakeups: timerWakeups, drops: named, transports: transports.count)
     }
 
     // MARK: Packet path
 
-    /// Protects everything the engine left in its outbox (in place), chains each transport's
-    /// packets, and sends each chain in one batch (`WebRtcTransport.sendChain`). Allocation-free.
+    /// A datagram from libnice for `t` (through `iceReceive`): the transport decrypts it, the
+    /// worker routes it into the engine or counts the drop. Allocation-free.
     @inline(__always)
+    func received(_ datagram: UnsafeMutableRawBufferPointer, on t: WebRtcTransport) {
+        let now = monotonicNow()
+        switch t.received(datagram, now: now, engine: engine) {
+        case .rtp(let packet):
+            engine.handleRtp(from: t.index, packet: packet, now: now)
+            flushIfFull()
+        case .rtcp(let packet):
+            engine.handleRtcp(from: t.index, packet: packet, now: now)
+            flushIfFull()
+        case .dropped(let reason):
+            drops[reason.rawValue] &+= 1
+        case .handshake(let update):
+            apply(update, to: t)
+            transportDeadlinesStale = true   // the DTLS timer moved
+        }
+    }
+
+    /// Protects everything the engine left in its outbox (in place), chains each transport's
+    /// packets, and sends each chain in batches (`WebRtcTransport.send`). Counts what was sent
+    /// and every packet that was not, by reason. Allocation-free.
     func flush() {
         let n = engine.transmitCount
         guard n > 0 else { return }
@@ -268,27 +336,79 @@ public final class WorkerCore {
         var i = 0
         while i < n {
             let tx = engine.transmit(at: i)
+            i += 1
             let ti = Int(tx.transport.slot)
             // The generation check keeps a packet for a closed transport from reaching the one
             // that reused its slot.
-            if ti < byIndex.count, let t = byIndex[ti], t.index == tx.transport, let srtp = t.srtp,
-               let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length) : srtp.protectRtp(tx.bytes, length: tx.length) {
-                batch.bases[i] = tx.bytes
-                batch.lengths[i] = length
-                batch.next[i] = -1
-                if t.batchTail < 0 {
-                    t.batchHead = Int32(i)
-                    batch.touched[touchedCount] = Unmanaged.passUnretained(t)
-                    touchedCount += 1
-                } else {
-                    batch.next[Int(t.batchTail)] = Int32(i)
-                }
-                t.batchTail = Int32(i)
+            guard ti < byIndex.count, let t = byIndex[ti], t.index == tx.transport else {
+                drops[DropReason.transportClosed.rawValue] &+= 1; continue
             }
-            i += 1
+            guard let srtp = t.srtp else { drops[DropReason.noSrtpSession.rawValue] &+= 1; continue }
+            guard let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length)
+                                         : srtp.protectRtp(tx.bytes, length: tx.length) else {
+                drops[DropReason.srtpProtectFailed.rawValue] &+= 1; continue
+            }
+            let k = i - 1
+            batch.bases[k] = tx.bytes
+            batch.lengths[k] = length
+            batch.clearLengths[k] = tx.length
+            batch.isRtcp[k] = tx.isRtcp
+            batch.next[k] = -1
+            if batch.tails[ti] < 0 {
+                batch.heads[ti] = Int32(k)
+                batch.touched[touchedCount] = Int32(ti)
+                touchedCount += 1
+            } else {
+                batch.next[Int(batch.tails[ti])] = Int32(k)
+            }
+            batch.tails[ti] = Int32(k)
         }
-        for k in 0..<touchedCount { batch.touched[k].takeUnretainedValue().sendChain(batch) }
+        for j in 0..<touchedCount { sendChain(transportSlot: Int(batch.touched[j])) }
         engine.clearTransmits()
+    }
+
+    /// Sends one transport's chain, at most `SendBatch.maxPerCall` datagrams per call.
+    @inline(__always)
+    private func sendChain(transportSlot ti: Int) {
+        var k = batch.heads[ti]
+        batch.heads[ti] = -1
+        batch.tails[ti] = -1
+        guard let t = byIndex[ti] else { return }
+        var count = 0
+        while k >= 0 {
+            batch.scratchBases[count] = batch.bases[Int(k)]
+            batch.scratchLengths[count] = batch.lengths[Int(k)]
+            batch.scratchSlots[count] = k
+            count += 1
+            if count == SendBatch.maxPerCall {
+                sendScratch(t, count)
+                count = 0
+            }
+            k = batch.next[Int(k)]
+        }
+        if count > 0 { sendScratch(t, count) }
+    }
+
+    @inline(__always)
+    private func sendScratch(_ t: WebRtcTransport, _ count: Int) {
+        let sent: Int
+        switch t.send(batch.scratchBases, batch.scratchLengths, count: count, gso: &batch.gso) {
+        case .notConnected:
+            drops[DropReason.iceNotConnected.rawValue] &+= UInt64(count)
+            return
+        case .sent(let n):
+            sent = min(n, count)
+        }
+        for j in 0..<sent {
+            let k = Int(batch.scratchSlots[j])
+            if batch.isRtcp[k] {
+                rtcpPacketsSent &+= 1
+            } else {
+                rtpPacketsSent &+= 1
+                rtpBytesSent &+= UInt64(batch.clearLengths[k])
+            }
+        }
+        if sent < count { drops[DropReason.sendFailed.rawValue] &+= UInt64(count - sent) }
     }
 
     /// Flushes early when half the outbox is used (a burst of input before the loop iteration ends).
@@ -299,42 +419,89 @@ public final class WorkerCore {
 
     // MARK: From transports
 
-    func transportConnected(_ t: WebRtcTransport) {
-        logger.debug("transport connected", metadata: ["transport": "\(t.id)"])
-        engine.restartConsumers(on: t.index, now: monotonicNow())
-        flush()
-        eventSink.yield(.transportConnected(t.id))
+    /// An ICE state change of `t` (through `iceStateChanged`).
+    func iceChanged(_ progress: IceProgress, on t: WebRtcTransport) {
+        apply(t.iceChanged(progress), to: t)
+        transportDeadlinesStale = true
     }
 
-    func transportFailed(_ t: WebRtcTransport, reason: String) {
-        guard transports[t.id] != nil else { return }
-        logger.info("transport failed", metadata: ["transport": "\(t.id)", "reason": "\(reason)"])
-        closeTransport(t.id)
-        eventSink.yield(.transportClosed(t.id, reason: reason))
+    private func apply(_ update: TransportUpdate, to t: WebRtcTransport) {
+        switch update {
+        case .none: break
+        case .connected:
+            logger.debug("transport connected", metadata: ["transport": "\(t.id)"])
+            engine.restartConsumers(on: t.index, now: monotonicNow())
+            flush()
+            eventSink.yield(.transportConnected(t.id))
+        case .failed(let reason):
+            guard transports[t.id] === t else { return }
+            logger.info("transport failed", metadata: ["transport": "\(t.id)", "reason": "\(reason)"])
+            closeTransport(t.id)
+            eventSink.yield(.transportClosed(t.id, reason: reason))
+        }
     }
 
-    static func secondsText(_ ns: Nanoseconds) -> String {
-        let tenths = ns / 100_000_000
-        return tenths % 10 == 0 ? "\(tenths / 10)" : "\(tenths / 10).\(tenths % 10)"
+    // MARK: Timer
+
+    private func startTimer() {
+        let funcs = UnsafeMutablePointer<GSourceFuncs>.allocate(capacity: 1)
+        funcs.initialize(to: GSourceFuncs())
+        // Dispatched only by its ready time (no prepare/check); the callback says what is due.
+        funcs.pointee.dispatch = { _, callback, data in callback?(data) ?? 0 }
+        timerFuncs = funcs
+        guard let source = g_source_new(funcs, UInt32(MemoryLayout<GSource>.size)) else { return }
+        g_source_set_callback(source, { data in
+            guard let data else { return 0 }
+            Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().timerFired()
+            return 1
+        }, Unmanaged.passUnretained(self).toOpaque(), nil)
+        g_source_set_ready_time(source, -1)
+        g_source_attach(source, context)
+        timer = source
     }
 
-    private func tick() {
+    private func stopTimer() {
+        if let timer {
+            g_source_destroy(timer)
+            g_source_unref(timer)
+        }
+        timer = nil
+        timerFuncs?.deallocate()
+        timerFuncs = nil
+    }
+
+    /// Arms the timer for the soonest deadline (after every loop iteration). O(1) unless a
+    /// transport's deadline may have moved.
+    private func armTimer() {
+        if transportDeadlinesStale {
+            transportDeadlinesStale = false
+            let now = monotonicNow()
+            var soonest: Nanoseconds = .max
+            for t in transports.values {
+                soonest = min(soonest, t.deadline(now: now, connectTimeout: connectTimeout, mediaTimeout: transportTimeout))
+            }
+            transportDeadline = soonest
+        }
+        let due = min(engine.nextDeadline ?? .max, transportDeadline)
+        guard due != armedFor, let timer else { return }
+        armedFor = due
+        // GLib's ready time is CLOCK_MONOTONIC in microseconds (rounded up: never early).
+        g_source_set_ready_time(timer, due == .max ? -1 : gint64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
+    }
+
+    private func timerFired() {
+        timerWakeups &+= 1
+        armedFor = 0   // the ready time stays in the past until armTimer sets it again
         let now = monotonicNow()
         engine.handleTimeout(now: now)
-        var expired: [WebRtcTransport] = []
-        var unconnected: [WebRtcTransport] = []
-        for t in transports.values {
-            t.tick(now: now)
-            if transportTimeout > 0, t.sawMedia, let last = engine.lastReceived(on: t.index), last > 0,
-               now &- last > transportTimeout {
-                expired.append(t)
-            } else if connectTimeout > 0, t.state != .connected, now > t.createdAt, now - t.createdAt > connectTimeout {
-                unconnected.append(t)
+        if now >= transportDeadline {
+            var failed: [(WebRtcTransport, TransportUpdate)] = []
+            for t in transports.values {
+                let update = t.handleTimeout(now: now, connectTimeout: connectTimeout, mediaTimeout: transportTimeout)
+                if update != .none { failed.append((t, update)) }
             }
-        }
-        for t in expired { transportFailed(t, reason: "no media or RTCP for \(transportTimeout / 1_000_000_000) s") }
-        for t in unconnected {
-            transportFailed(t, reason: "connect timeout: ICE and DTLS did not connect within \(Self.secondsText(connectTimeout)) s")
+            for (t, update) in failed { apply(update, to: t) }
+            transportDeadlinesStale = true
         }
         flush()
     }

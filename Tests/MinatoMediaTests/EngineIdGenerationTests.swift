@@ -55,7 +55,6 @@ import MinatoWire
         _ = h.drain()
 
         h.engine.removeTransport(old)
-        #expect(h.engine.lastReceived(on: old) == nil)
         #expect(!h.engine.expectsSsrc(0x1111, on: old))
         #expect(throws: MediaError.unknownTransport(old)) {
             _ = try h.consumer(p, on: old, ssrc: 0xC0C0)

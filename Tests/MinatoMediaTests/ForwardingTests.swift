@@ -108,7 +108,7 @@ final class EngineHarness {
             #expect(nb.ts == lastB.ts &+ 3000)
             lastB = nb
         }
-        #expect(h.engine.rtpPacketsForwarded == 2 * 6001)
+        #expect(h.engine.rtpPacketsQueued == 2 * 6001)
     }
 
     @Test func videoConsumerWaitsForKeyFrameAndAsksForOne() throws {
@@ -256,17 +256,33 @@ final class EngineHarness {
         #expect(ssrc == 0xB0B0 && ntp == 0x1234_5678_9ABC_DEF0 && rtp == first.ts)
     }
 
-    @Test func receiverReportsGoToThePublisherEverySecond() throws {
+    @Test func receiverReportsGoToThePublisherEverySecondWhileRtpArrives() throws {
         let h = EngineHarness()
         let p = try h.producer()
         _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0)
         _ = h.drain()
-        for _ in 0..<10 { h.send(keyframe: true) }
+        h.send(keyframe: true)
+        let first = h.now
+        for _ in 0..<9 { h.send(keyframe: true) }
+        #expect(h.engine.nextDeadline == first + MediaEngine.reportInterval)
+        h.engine.handleTimeout(now: h.now)                 // not due yet
+        #expect(h.drain().isEmpty)
+        h.now = first + MediaEngine.reportInterval
         h.engine.handleTimeout(now: h.now)
         let rr = h.drain().filter { $0.rtcpKinds.contains { $0.0 == RtcpPacketType.receiverReport } }
         #expect(rr.count == 1 && rr[0].transport == h.publisher)
         h.now &+= 500_000_000
         h.engine.handleTimeout(now: h.now)
         #expect(h.drain().isEmpty)
+    }
+
+    @Test func oversizePacketsAreDroppedUnderTheirOwnReason() throws {
+        let h = EngineHarness()
+        let p = try h.producer()
+        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0)
+        _ = h.drain()
+        #expect(h.send(keyframe: true, payloadSize: MediaEngine.maxPacketLength - 12).count == 1)
+        #expect(h.send(keyframe: true, payloadSize: MediaEngine.maxPacketLength - 11).isEmpty)
+        #expect(h.engine.drops(.oversize) == 1 && h.engine.drops(.malformedRtp) == 0)
     }
 }

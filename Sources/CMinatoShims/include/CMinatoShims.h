@@ -10,14 +10,12 @@
 
 typedef void (*minato_component_state_cb)(NiceAgent *agent, guint stream_id, guint component_id,
                                           guint state, gpointer user_data);
-typedef void (*minato_gathering_done_cb)(NiceAgent *agent, guint stream_id, gpointer user_data);
 typedef void (*minato_selected_pair_cb)(NiceAgent *agent, guint stream_id, guint component_id,
                                         NiceCandidate *local, NiceCandidate *remote, gpointer user_data);
 
 /// Creates an agent with UPnP and ICE-TCP off; `lite` selects ICE-lite (controlled).
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling);
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data);
-gulong minato_nice_on_gathering_done(NiceAgent *agent, minato_gathering_done_cb cb, gpointer data);
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data);
 void minato_signal_disconnect(gpointer instance, gulong handler);
 /// Fills `addr` from a numeric IPv4/IPv6 string; returns FALSE when it is not one.
@@ -49,7 +47,5 @@ int minato_ssl_ctx_dtls12(SSL_CTX *ctx);
 void minato_ssl_ctx_server_preference_read_ahead(SSL_CTX *ctx);
 /// SSL_set_mtu + SSL_OP_NO_QUERY_MTU.
 void minato_ssl_set_mtu(SSL *ssl, long mtu);
-/// BIO_get_data / BIO_set_flags helpers for a custom write BIO.
-void minato_bio_set_retry_write(BIO *bio);
 
 #endif
