@@ -2,15 +2,10 @@
 public enum VideoCodecKind: Sendable, Equatable {
     case vp8, vp9, h264, av1, other
 
-    /// Maps an SDP rtpmap encoding name (case-insensitive) to a codec kind.
+    /// Maps a video rtpmap encoding name (case-insensitive) to a codec kind through the codec
+    /// map (`ForwardedCodec`); names it does not list are `.other`.
     public init(encodingName: String) {
-        switch encodingName.lowercased() {
-        case "vp8": self = .vp8
-        case "vp9": self = .vp9
-        case "h264": self = .h264
-        case "av1", "av1x": self = .av1
-        default: self = .other
-        }
+        self = ForwardedCodec(kind: "video", encodingName: encodingName)?.videoCodec ?? .other
     }
 }
 

@@ -195,6 +195,30 @@ public struct RtpPacketView {
     }
 }
 
+extension RtpPacketView {
+    /// The fixed 12-byte header (RFC 3550 §5.1) of a packet whose payload may still be
+    /// encrypted: SRTP leaves these fields in clear but appends an authentication tag, so the
+    /// padding count and lengths `RtpPacketView.init?` checks are not readable yet. Needs 12
+    /// bytes and version 2, nothing else. A plain value, read once.
+    public struct FixedHeader: Sendable, Equatable {
+        public var marker: Bool
+        public var payloadType: UInt8
+        public var sequenceNumber: UInt16
+        public var timestamp: UInt32
+        public var ssrc: UInt32
+
+        @inlinable
+        public init?(_ buffer: UnsafeRawBufferPointer) {
+            guard buffer.count >= 12, buffer[0] >> 6 == 2 else { return nil }
+            marker = buffer[1] & 0x80 != 0
+            payloadType = buffer[1] & 0x7F
+            sequenceNumber = buffer.wireU16(2)
+            timestamp = buffer.wireU32(4)
+            ssrc = buffer.wireU32(8)
+        }
+    }
+}
+
 /// A fixed-size (no heap) table from incoming RFC 8285 extension ids to outgoing ones, with
 /// 15 slots for ids 1...15. Unset entries are 0, meaning "erase". Two-byte-form ids above 15
 /// are erased unless `keepsHighIds` is true (only `identity` sets it). A plain value.

@@ -2,23 +2,34 @@
 // the fmtp parameters reduced to short safe tokens so they can be written into another
 // peer's SDP. Control path; plain Sendable values.
 
-/// A codec Minato forwards, with the RTP clock rate its payload format fixes
-/// (RFC 7587 opus, RFC 7741 VP8, RFC 9628 VP9, RFC 6184 H.264, AV1 RTP spec §7).
+/// The codec map: every codec Minato forwards, with its media kind, the encoding name Minato
+/// writes, the RTP clock rate its payload format fixes and its MIME type (RFC 7587 opus,
+/// RFC 7741 VP8, RFC 9628 VP9, RFC 6184 H.264, AV1 RTP spec §7). The server (reading a
+/// publisher's offer, writing subscribers' SDP) and the client SDK (writing its offers and
+/// answers) both look codecs up here and nowhere else.
 public enum ForwardedCodec: String, Sendable, CaseIterable, Equatable {
     case opus, vp8, vp9, h264, av1
 
     /// Matches an rtpmap encoding name (ASCII case-insensitive) for the m-line's media kind.
     public init?(kind: String, encodingName: String) {
-        let lower = String(decoding: encodingName.utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
-        switch (kind, lower) {
-        case ("audio", "opus"): self = .opus
-        case ("video", "vp8"): self = .vp8
-        case ("video", "vp9"): self = .vp9
-        case ("video", "h264"): self = .h264
-        case ("video", "av1"): self = .av1
-        default: return nil
+        let lower = encodingName.asciiLowercased
+        guard let codec = Self.allCases.first(where: { $0.kind == kind && $0.encodingName.asciiLowercased == lower }) else {
+            return nil
         }
+        self = codec
     }
+
+    /// Matches a MIME type such as "video/VP8" or "audio/opus" (ASCII case-insensitive).
+    public init?(mimeType: String) {
+        guard let slash = mimeType.firstIndex(of: "/") else { return nil }
+        self.init(kind: mimeType[..<slash].asciiLowercased, encodingName: String(mimeType[mimeType.index(after: slash)...]))
+    }
+
+    /// "audio" or "video": the m-line media kind this codec travels in.
+    public var kind: String { self == .opus ? "audio" : "video" }
+
+    /// "audio/opus", "video/VP8", ...
+    public var mimeType: String { kind + "/" + encodingName }
 
     /// The encoding name as Minato writes it (never the publisher's spelling).
     public var encodingName: String {
@@ -101,6 +112,13 @@ public struct FmtpParameters: Sendable, Equatable {
     }
 }
 
+extension StringProtocol {
+    /// ASCII letters lowered, everything else unchanged (no locale, no Foundation).
+    var asciiLowercased: String {
+        String(decoding: utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+}
+
 /// Letters, digits and `- _ . / ,`: what Minato lets through from one peer's SDP to another's.
 @inline(__always)
 func isSafeTokenByte(_ b: UInt8) -> Bool {
@@ -135,6 +153,33 @@ public struct ForwardableCodec: Sendable, Equatable {
     public var parameters: FmtpParameters
     /// `a=rtcp-fb` values for this payload type (wildcards included), e.g. "nack pli".
     public var feedback: [String]
+
+    /// A codec to write: the clock rate is the codec map's; `channels` is kept for opus only
+    /// (1, else 2) and dropped for video.
+    public init(payloadType: UInt8, codec: ForwardedCodec, channels: UInt8? = nil,
+                parameters: FmtpParameters = FmtpParameters(), feedback: [String] = []) {
+        self.payloadType = payloadType & 0x7F
+        self.codec = codec
+        self.clockRate = codec.clockRate
+        self.channels = codec == .opus ? (channels == 1 ? 1 : 2) : nil
+        self.parameters = parameters
+        self.feedback = feedback
+    }
+
+    /// The `a=rtpmap` value in Minato's spelling: "111 opus/48000/2", "96 VP8/90000".
+    public var rtpMap: RtpMap {
+        RtpMap(payloadType: payloadType, encodingName: codec.encodingName, clockRate: Int(clockRate),
+               channels: channels.map(Int.init))
+    }
+
+    /// `a=rtpmap`, `a=fmtp` (the rebuilt parameters, when any were kept) and one `a=rtcp-fb`
+    /// per value of `feedback`, in that order.
+    public func attributes(feedback: [String]) -> [SdpAttribute] {
+        var out = [SdpAttribute(name: "rtpmap", value: rtpMap.attributeValue)]
+        if let text = parameters.text { out.append(SdpAttribute(name: "fmtp", value: "\(payloadType) \(text)")) }
+        for fb in feedback { out.append(SdpAttribute(name: "rtcp-fb", value: "\(payloadType) \(fb)")) }
+        return out
+    }
 }
 
 extension MediaDescription {
@@ -162,7 +207,7 @@ extension MediaDescription {
             }
             let parameters = fmtp(for: pt).map(FmtpParameters.init(parsing:)) ?? FmtpParameters()
             if codec == .h264, parameters["packetization-mode"] != "1" { continue }
-            out.append(ForwardableCodec(payloadType: pt, codec: codec, clockRate: codec.clockRate, channels: channels,
+            out.append(ForwardableCodec(payloadType: pt, codec: codec, channels: channels,
                                         parameters: parameters, feedback: rtcpFeedback(for: pt)))
         }
         return out

@@ -1,0 +1,105 @@
+// Building the descriptions Minato writes (server and client SDK) as values, to be turned into
+// text by `SessionDescription.serialize()`. Every text field written here is Minato's own
+// (credentials, ids, codec-map names) or a value the parser already checked (mids, rebuilt
+// fmtp tokens). Control path; plain Sendable values.
+
+extension SessionDescription {
+    /// The session part of a description Minato writes: `v=0`, `o=<username> <sessionId>
+    /// <version> IN IP4 127.0.0.1`, `s=<sessionName>`, `t=0 0`, `a=group:BUNDLE <mids>` (when
+    /// there are any), `a=ice-lite` (for an ICE-lite agent), `a=msid-semantic: WMS *`.
+    public init(username: String, sessionName: String, sessionId: UInt64, version: Int, bundle mids: [String],
+                iceLite: Bool, media: [MediaDescription] = []) {
+        var attributes: [SdpAttribute] = []
+        if !mids.isEmpty { attributes.append(SdpAttribute(name: "group", value: (["BUNDLE"] + mids).joined(separator: " "))) }
+        if iceLite { attributes.append(SdpAttribute(name: "ice-lite")) }
+        attributes.append(SdpAttribute(name: "msid-semantic", value: " WMS *"))
+        self.init(origin: SdpOrigin(username: username, sessionId: String(sessionId), sessionVersion: String(version),
+                                    address: "127.0.0.1"),
+                  sessionName: sessionName, timing: "0 0", attributes: attributes, media: media)
+    }
+}
+
+extension MediaDescription {
+    /// An answer's rejection of `offered` (RFC 3264 §6, RFC 8829 §5.3.1): port 0, the offered
+    /// protocol and first format, `c=IN IP4 <address>`, the offered mid (if any), `a=inactive`.
+    public static func rejecting(_ offered: MediaDescription, address: String = "127.0.0.1") -> MediaDescription {
+        var m = MediaDescription(kind: offered.kind, port: 0, proto: offered.proto, formats: [offered.formats.first ?? "0"],
+                                 connection: "IN IP4 " + address)
+        if let mid = offered.mid { m.attributes.append(SdpAttribute(name: "mid", value: mid)) }
+        m.attributes.append(SdpAttribute(name: MediaDirection.inactive.rawValue))
+        return m
+    }
+}
+
+/// One RTP m-section of a BUNDLEd, rtcp-muxed WebRTC connection with one codec, as Minato
+/// writes it (server answers and offers, client offers and answers). `media` lays the lines
+/// out in the order browsers use:
+///
+///     m=<kind> <port> UDP/TLS/RTP/SAVPF <pt>
+///     c=IN IP4 <address>
+///     a=ice-ufrag / a=ice-pwd / a=fingerprint / a=setup
+///     a=mid
+///     a=extmap ...
+///     a=<direction>
+///     a=msid (when set)
+///     a=rtcp-mux, a=rtcp-rsize (when set)
+///     a=rtpmap, a=fmtp, a=rtcp-fb ...
+///     a=ssrc ...
+///     a=candidate ..., a=end-of-candidates (when `includesCandidates`)
+public struct RtpMediaSection: Sendable {
+    /// "audio" or "video".
+    public var kind: String
+    public var port: Int
+    /// The IPv4 address of the `c=` line.
+    public var address: String
+    public var mid: String
+    public var transport: SdpLocalTransport
+    public var setup: DtlsSetup
+    public var extensions: [ExtMap]
+    public var direction: MediaDirection
+    /// `a=msid` value, "<stream id> <track id>".
+    public var msid: String?
+    public var reducedSizeRtcp: Bool
+    public var codec: ForwardableCodec
+    /// The `a=rtcp-fb` values written for the codec (not `codec.feedback`, which is what a
+    /// peer offered).
+    public var feedback: [String]
+    public var ssrcs: [SsrcLine]
+    /// Candidates and end-of-candidates go into the first m-section of a BUNDLE group only.
+    public var includesCandidates: Bool
+
+    public init(kind: String, port: Int = 9, address: String = "127.0.0.1", mid: String, transport: SdpLocalTransport,
+                setup: DtlsSetup, extensions: [ExtMap] = [], direction: MediaDirection, msid: String? = nil,
+                reducedSizeRtcp: Bool = false, codec: ForwardableCodec, feedback: [String], ssrcs: [SsrcLine] = [],
+                includesCandidates: Bool) {
+        self.kind = kind
+        self.port = port
+        self.address = address
+        self.mid = mid
+        self.transport = transport
+        self.setup = setup
+        self.extensions = extensions
+        self.direction = direction
+        self.msid = msid
+        self.reducedSizeRtcp = reducedSizeRtcp
+        self.codec = codec
+        self.feedback = feedback
+        self.ssrcs = ssrcs
+        self.includesCandidates = includesCandidates
+    }
+
+    public var media: MediaDescription {
+        var a = transport.attributes(setup: setup)
+        a.append(SdpAttribute(name: "mid", value: mid))
+        for e in extensions { a.append(SdpAttribute(name: "extmap", value: e.attributeValue)) }
+        a.append(SdpAttribute(name: direction.rawValue))
+        if let msid { a.append(SdpAttribute(name: "msid", value: msid)) }
+        a.append(SdpAttribute(name: "rtcp-mux"))
+        if reducedSizeRtcp { a.append(SdpAttribute(name: "rtcp-rsize")) }
+        a += codec.attributes(feedback: feedback)
+        for s in ssrcs { a.append(SdpAttribute(name: "ssrc", value: s.attributeValue)) }
+        if includesCandidates { a += transport.candidateAttributes }
+        return MediaDescription(kind: kind, port: port, formats: [String(codec.payloadType)],
+                                connection: "IN IP4 " + address, attributes: a)
+    }
+}
