@@ -46,7 +46,9 @@ EVP_PKEY *minato_ec_p256_key(void) { return EVP_EC_gen("P-256"); }
 long minato_dtls_timeout_ms(SSL *ssl) {
     struct timeval tv = {0, 0};
     if (DTLSv1_get_timeout(ssl, &tv) != 1) return -1;
-    return (long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    /* Rounded up: a timer with 0.4 ms left is not reported as expired (which would make a
+     * deadline-driven caller spin until it is). */
+    return (long)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
 }
 int minato_dtls_handle_timeout(SSL *ssl) { return (int)DTLSv1_handle_timeout(ssl); }
 void minato_bio_mem_retry_when_empty(BIO *bio) { BIO_set_mem_eof_return(bio, -1); }

@@ -209,11 +209,7 @@ public final class WorkerCore {
         startTimer()
         while !stopping {
             g_main_context_iteration(context, 1)
-            // Packets received in this iteration were routed into the outbox; send them now,
-            // batched per subscriber.
-            flush()
-            inbox.runJobs(self)
-            armTimer()
+            endOfIteration(inbox)
         }
         for t in transports.values { t.close(context: context) }
         transports.removeAll()
@@ -223,6 +219,24 @@ public final class WorkerCore {
     }
 
     func stop() { stopping = true }
+
+    /// What follows each main-loop iteration: packets received in it were routed into the
+    /// outbox, so send them now (batched per subscriber), run posted commands, re-arm the timer.
+    @inline(__always)
+    func endOfIteration(_ inbox: MediaWorker.Inbox) {
+        flush()
+        inbox.runJobs(self)
+        armTimer()
+    }
+
+    /// Registers a transport made outside `createTransport` (`WorkerBenchmarkRig`).
+    func adopt(_ t: WebRtcTransport) {
+        transports[t.id] = t
+        while byIndex.count <= Int(t.index.slot) { byIndex.append(nil) }
+        byIndex[Int(t.index.slot)] = t
+        batch.reserve(transportSlot: Int(t.index.slot))
+        transportDeadlinesStale = true
+    }
 
     @inline(__always) func assertOnThread() {
         assert(thread.map { pthread_equal($0, pthread_self()) != 0 } ?? true, "WorkerCore used off its thread")
@@ -236,11 +250,7 @@ public final class WorkerCore {
         let transport = WebRtcTransport(id: id, index: index, worker: self, now: monotonicNow())
         do {
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
-            transports[id] = transport
-            while byIndex.count <= Int(index.slot) { byIndex.append(nil) }
-            byIndex[Int(index.slot)] = transport
-            batch.reserve(transportSlot: Int(index.slot))
-            transportDeadlinesStale = true
+            adopt(transport)
             return description
         } catch {
             engine.removeTransport(index)
@@ -292,6 +302,9 @@ public final class WorkerCore {
         if Int(t.index.slot) < byIndex.count, byIndex[Int(t.index.slot)] === t { byIndex[Int(t.index.slot)] = nil }
         transportDeadlinesStale = true
     }
+
+    /// RTP packets sent so far (cheap: no dictionary, unlike `counters`).
+    var rtpPacketsForwarded: UInt64 { rtpPacketsSent }
 
     public var counters: WorkerCounters {
         var named: [String: UInt64] = [:]
@@ -443,7 +456,7 @@ public final class WorkerCore {
 
     // MARK: Timer
 
-    private func startTimer() {
+    func startTimer() {
         let funcs = UnsafeMutablePointer<GSourceFuncs>.allocate(capacity: 1)
         funcs.initialize(to: GSourceFuncs())
         // Dispatched only by its ready time (no prepare/check); the callback says what is due.
@@ -460,7 +473,7 @@ public final class WorkerCore {
         timer = source
     }
 
-    private func stopTimer() {
+    func stopTimer() {
         if let timer {
             g_source_destroy(timer)
             g_source_unref(timer)

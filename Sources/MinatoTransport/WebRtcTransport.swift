@@ -237,9 +237,13 @@ final class WebRtcTransport {
     @inline(__always)
     func send(_ bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>, _ lengths: UnsafeMutablePointer<Int>, count: Int,
               gso: inout Bool) -> SendOutcome {
-        guard iceIsConnected, let ice else { return .notConnected }
-        if sendFd == -2 { sendFd = max(-1, ice.selectedUdpSocket(peer: &peerAddress, length: &peerAddressLength)) }
+        guard iceIsConnected else { return .notConnected }
+        if sendFd == -2 {
+            guard let ice else { return .notConnected }
+            sendFd = max(-1, ice.selectedUdpSocket(peer: &peerAddress, length: &peerAddressLength))
+        }
         if sendFd < 0 {
+            guard let ice else { return .notConnected }
             var sent = 0
             while sent < count {
                 guard let base = bases[sent], ice.send(base, length: lengths[sent]) else { break }
@@ -257,6 +261,17 @@ final class WebRtcTransport {
     }
 
     func selectedPairChanged() { sendFd = -2 }
+
+    /// Connects this transport without libnice or DTLS: SRTP keyed directly and a UDP socket to
+    /// send on (`WorkerBenchmarkRig` only).
+    func connectDirectly(srtp: SrtpSession, fd: Int32, peer: sockaddr_storage, peerLength: UInt32) {
+        self.srtp = srtp
+        state = .connected
+        iceIsConnected = true
+        sendFd = fd
+        peerAddress = peer
+        peerAddressLength = peerLength
+    }
 
     private func handle(_ outcome: DtlsTransport.Outcome) -> TransportUpdate {
         switch outcome {

@@ -35,7 +35,7 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
 
 /// ECDSA P-256 key (EVP_EC_gen is a macro over a variadic call).
 EVP_PKEY *minato_ec_p256_key(void);
-/// DTLSv1_get_timeout: milliseconds until the next retransmission, or -1 if no timer runs.
+/// DTLSv1_get_timeout: milliseconds (rounded up) until the next retransmission, or -1 if no timer runs.
 long minato_dtls_timeout_ms(SSL *ssl);
 /// DTLSv1_handle_timeout.
 int minato_dtls_handle_timeout(SSL *ssl);

@@ -113,9 +113,18 @@ struct World {
     }
 
     mutating func advance(by ns: Nanoseconds) {
+        // Timers by deadline: before the engine's deadline a timeout does nothing, and after
+        // one the next deadline lies in the future.
+        let due = engine.nextDeadline
         now &+= ns
         lastInput = nil
-        engine.handleTimeout(now: now)
+        if let due, now < due {
+            engine.handleTimeout(now: now)
+            precondition(engine.transmitCount == 0, "work done before the deadline")
+        } else {
+            engine.handleTimeout(now: now)
+        }
+        if let next = engine.nextDeadline { precondition(next > now, "a deadline in the past after handleTimeout") }
         verifyOutbox(source: nil)
     }
 
