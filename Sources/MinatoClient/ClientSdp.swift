@@ -1,12 +1,14 @@
 public import MinatoWire
 public import MinatoTransport
 
-/// A codec a client sends, as it appears in its SDP.
+/// A codec a client sends, as it appears in its SDP. The presets and every codec the offer
+/// writes come from the codec map (`ForwardedCodec`): name, kind and clock rate are the map's.
 public struct RtpCodec: Sendable, Equatable {
     public var mimeType: String        // "video/VP8", "audio/opus"
     public var payloadType: UInt8
     public var clockRate: Int
     public var channels: Int?
+    /// `key=value;...` parameters; written rebuilt from safe tokens (`FmtpParameters`).
     public var fmtp: String?
 
     public init(mimeType: String, payloadType: UInt8, clockRate: Int, channels: Int? = nil, fmtp: String? = nil) {
@@ -14,12 +16,29 @@ public struct RtpCodec: Sendable, Equatable {
         self.channels = channels; self.fmtp = fmtp
     }
 
-    public static let vp8 = RtpCodec(mimeType: "video/VP8", payloadType: 96, clockRate: 90_000)
-    public static let opus = RtpCodec(mimeType: "audio/opus", payloadType: 111, clockRate: 48_000, channels: 2,
-                                      fmtp: "minptime=10;useinbandfec=1")
+    /// A codec of the codec map, with its MIME type and clock rate.
+    public init(_ codec: ForwardedCodec, payloadType: UInt8, channels: Int? = nil, fmtp: String? = nil) {
+        self.init(mimeType: codec.mimeType, payloadType: payloadType, clockRate: Int(codec.clockRate),
+                  channels: channels, fmtp: fmtp)
+    }
 
-    public var kind: ContentType { mimeType.lowercased().hasPrefix("audio/") ? .audio : .video }
-    var encodingName: String { String(mimeType.split(separator: "/").last ?? "") }
+    public static let vp8 = RtpCodec(.vp8, payloadType: 96)
+    public static let opus = RtpCodec(.opus, payloadType: 111, channels: 2, fmtp: "minptime=10;useinbandfec=1")
+
+    /// The codec map's entry for `mimeType`, or nil when Minato does not forward it.
+    public var forwardedCodec: ForwardedCodec? { ForwardedCodec(mimeType: mimeType) }
+
+    public var kind: ContentType {
+        if let kind = forwardedCodec?.kind { return kind == "audio" ? .audio : .video }
+        return mimeType.lowercased().hasPrefix("audio/") ? .audio : .video
+    }
+
+    /// The codec as the offer writes it (nil for a MIME type outside the codec map).
+    var forwardable: ForwardableCodec? {
+        guard let codec = forwardedCodec else { return nil }
+        return ForwardableCodec(payloadType: payloadType, codec: codec, channels: channels.flatMap { UInt8(exactly: $0) },
+                                parameters: fmtp.map(FmtpParameters.init(parsing:)) ?? FmtpParameters())
+    }
 }
 
 /// "audio" or "video", as in SkyWay's `contentType`.
@@ -45,64 +64,50 @@ public struct ClientSdpError: Error, Sendable, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-/// The SDP a client writes and reads (RFC 8829 shapes: BUNDLE, rtcp-mux, one transport).
+/// The SDP a client writes and reads (RFC 8829 shapes: BUNDLE, rtcp-mux, one transport),
+/// built as `MinatoWire` values (`RtpMediaSection`) and serialized; the remote transport is
+/// read by `SessionDescription.transport()`, the same code the server uses.
 public enum ClientSdp {
-    static func sessionHeader(sessionId: UInt64, version: Int, mids: [String]) -> [String] {
-        var lines = ["v=0", "o=- \(sessionId) \(version) IN IP4 127.0.0.1", "s=-", "t=0 0"]
-        if !mids.isEmpty { lines.append("a=group:BUNDLE " + mids.joined(separator: " ")) }
-        lines.append("a=msid-semantic: WMS *")
-        return lines
+    /// Our transport for `RtpMediaSection`, and the address/port of the m= and c= lines (our
+    /// first candidate's; 127.0.0.1 and 9 without one).
+    static func localTransport(_ local: LocalTransportParameters) -> (SdpLocalTransport, address: String, port: Int) {
+        let t = SdpLocalTransport(iceUfrag: local.iceUfrag, icePwd: local.icePwd, fingerprint: local.fingerprint,
+                                  candidates: local.candidates)
+        let d = t.defaultAddress
+        return (t, d?.address ?? "127.0.0.1", d?.port ?? 9)
     }
 
-    static func transportLines(_ local: LocalTransportParameters, setup: String, candidates: Bool) -> [String] {
-        var lines = ["a=ice-ufrag:\(local.iceUfrag)", "a=ice-pwd:\(local.icePwd)",
-                     "a=fingerprint:\(local.fingerprint)", "a=setup:\(setup)"]
-        if candidates {
-            lines += local.candidates.map { "a=\($0)" }
-            lines.append("a=end-of-candidates")
-        }
-        return lines
-    }
-
-    /// Port and address of our first candidate, for the m= and c= lines.
-    static func defaultAddress(_ local: LocalTransportParameters) -> (port: Int, ip: String) {
-        // "candidate:<foundation> <component> <transport> <priority> <ip> <port> typ host"
-        for c in local.candidates {
-            let f = c.split(separator: " ")
-            if f.count >= 6, let port = Int(f[5]) { return (port, String(f[4])) }
-        }
-        return (9, "127.0.0.1")
-    }
-
-    /// An offer whose every m-line sends one track (DTLS `actpass`, candidates included).
+    /// An offer whose every m-line sends one track (DTLS `actpass`, candidates in the first
+    /// m-line). A track whose codec is not in the codec map cannot be sent: its m-line is
+    /// written rejected (port 0) and left out of the BUNDLE group.
     public static func offer(local: LocalTransportParameters, tracks: [OfferedTrack], sessionId: UInt64, version: Int) -> String {
-        let (port, ip) = defaultAddress(local)
-        var lines = sessionHeader(sessionId: sessionId, version: version, mids: tracks.map(\.mid))
-        for (i, t) in tracks.enumerated() {
-            let c = t.codec
-            lines.append("m=\(c.kind.rawValue) \(port) UDP/TLS/RTP/SAVPF \(c.payloadType)")
-            lines.append("c=IN IP4 \(ip)")
-            lines += transportLines(local, setup: "actpass", candidates: i == 0)
-            lines.append("a=mid:\(t.mid)")
-            lines.append(t.active ? "a=sendonly" : "a=inactive")
-            lines.append("a=rtcp-mux")
-            lines.append("a=rtpmap:\(c.payloadType) \(c.encodingName)/\(c.clockRate)" + (c.channels.map { "/\($0)" } ?? ""))
-            if let fmtp = c.fmtp { lines.append("a=fmtp:\(c.payloadType) \(fmtp)") }
-            if c.kind == .video {
-                lines.append("a=rtcp-fb:\(c.payloadType) nack pli")
-                lines.append("a=rtcp-fb:\(c.payloadType) ccm fir")
+        let (transport, address, port) = localTransport(local)
+        var media: [MediaDescription] = []
+        var bundle: [String] = []
+        for t in tracks {
+            guard let codec = t.codec.forwardable else {
+                var m = MediaDescription(kind: t.codec.kind.rawValue, formats: [String(t.codec.payloadType)])
+                m.mid = t.mid
+                media.append(.rejecting(m, address: address))
+                continue
             }
-            lines.append("a=msid:\(t.cname) \(t.mid)")
-            lines.append("a=ssrc:\(t.ssrc) cname:\(t.cname)")
+            media.append(RtpMediaSection(
+                kind: codec.codec.kind, port: port, address: address, mid: t.mid, transport: transport, setup: .actpass,
+                direction: t.active ? .sendonly : .inactive, msid: t.cname + " " + t.mid, codec: codec,
+                feedback: SfuSdp.feedback(for: codec.codec), ssrcs: [SsrcLine(ssrc: t.ssrc, attribute: "cname", value: t.cname)],
+                includesCandidates: bundle.isEmpty).media)
+            bundle.append(t.mid)
         }
-        return lines.joined(separator: "\r\n") + "\r\n"
+        return SessionDescription(username: "-", sessionName: "-", sessionId: sessionId, version: version, bundle: bundle,
+                                  iceLite: false, media: media).serialize()
     }
 
     /// What a receiving client learns from one m-line of a server's offer.
     public struct OfferedStream: Sendable, Equatable {
         public var mid: String
         public var kind: String
-        /// The codec the sender will use (the first payload type offered), nil on a rejected m-line.
+        /// The codec the sender will use (the one the answer accepts, in the codec map's
+        /// spelling), nil on a rejected m-line.
         public var codec: RtpMap?
         /// SSRCs the sender announced (`a=ssrc`), empty if none.
         public var ssrcs: [UInt32]
@@ -111,76 +116,57 @@ public enum ClientSdp {
         public var rejected: Bool
     }
 
+    /// The `a=rtcp-fb` values a receiving client answers: of those offered for the codec, the
+    /// key frame requests it can send.
+    static let answeredFeedback: Set<String> = ["nack pli", "ccm fir"]
+
     /// A receive-only answer to a server's offer: every sending m-line is received with its
-    /// first codec, inactive lines stay inactive, m-lines we cannot take (data channels) are
-    /// rejected. `dtlsRole` picks our `a=setup`: `.client` answers `active` (what browsers do),
-    /// `.server` answers `passive` (the peer sends the ClientHello once ICE is up; Janus needs it
-    /// to avoid dropping an early hello, see bench/JANUS-NOTES.md).
+    /// first codec the codec map knows (`MediaDescription.forwardableCodecs`; its fmtp rebuilt
+    /// from the parsed parameters, never copied), inactive lines stay inactive, m-lines we
+    /// cannot take (data channels, no known codec, no mid) are rejected. `dtlsRole` picks our
+    /// `a=setup`: `.client` answers `active` (what browsers do), `.server` answers `passive`
+    /// (the peer sends the ClientHello once ICE is up; Janus needs it to avoid dropping an
+    /// early hello, see bench/JANUS-NOTES.md).
     public static func answer(to offer: SessionDescription, local: LocalTransportParameters, sessionId: UInt64,
                               version: Int, dtlsRole: DtlsRole = .client) -> (sdp: String, streams: [OfferedStream]) {
-        let setup = dtlsRole == .client ? "active" : "passive"
-        let (port, ip) = defaultAddress(local)
+        let setup: DtlsSetup = dtlsRole == .client ? .active : .passive
+        let (transport, address, port) = localTransport(local)
         var streams: [OfferedStream] = []
-        var body: [String] = []
-        var bundled: [String] = []
-        var first = true
+        var media: [MediaDescription] = []
+        var bundle: [String] = []
         for m in offer.media {
-            let mid = m.mid ?? String(streams.count)
             let rtp = m.proto.contains("RTP") && (m.kind == "audio" || m.kind == "video")
-            guard rtp, m.port != 0, let pt = m.payloadTypes.first else {
-                body.append("m=\(m.kind) 0 \(m.proto) \(m.formats.first ?? "0")")
-                body.append("c=IN IP4 \(ip)")
-                body.append("a=mid:\(mid)")
-                streams.append(OfferedStream(mid: mid, kind: m.kind, codec: nil, ssrcs: [], direction: .inactive, rejected: true))
+            guard rtp, m.port != 0, let mid = m.mid, let codec = m.forwardableCodecs.first else {
+                media.append(.rejecting(m, address: address))
+                streams.append(OfferedStream(mid: m.mid ?? String(streams.count), kind: m.kind, codec: nil, ssrcs: [],
+                                             direction: .inactive, rejected: true))
                 continue
             }
             let theirs = m.direction
-            let ours: MediaDirection
-            switch theirs {
-            case .sendonly, .sendrecv: ours = .recvonly
-            default: ours = .inactive
-            }
-            bundled.append(mid)
-            body.append("m=\(m.kind) \(port) \(m.proto) \(pt)")
-            body.append("c=IN IP4 \(ip)")
-            body += transportLines(local, setup: setup, candidates: first)
-            first = false
-            body.append("a=mid:\(mid)")
-            body.append("a=\(ours.rawValue)")
-            body.append("a=rtcp-mux")
-            let map = m.rtpMap(for: pt)
-            if let map { body.append("a=rtpmap:\(map.attributeValue)") }
-            if let fmtp = m.fmtp(for: pt) { body.append("a=fmtp:\(pt) \(fmtp)") }
-            for fb in m.rtcpFeedback(for: pt) where fb == "nack pli" || fb == "ccm fir" {
-                body.append("a=rtcp-fb:\(pt) \(fb)")
-            }
-            streams.append(OfferedStream(mid: mid, kind: m.kind, codec: map, ssrcs: m.ssrcIds,
+            let ours: MediaDirection = theirs == .sendonly || theirs == .sendrecv ? .recvonly : .inactive
+            media.append(RtpMediaSection(
+                kind: m.kind, port: port, address: address, mid: mid, transport: transport, setup: setup, direction: ours,
+                codec: codec, feedback: codec.feedback.filter(answeredFeedback.contains),
+                includesCandidates: bundle.isEmpty).media)
+            bundle.append(mid)
+            streams.append(OfferedStream(mid: mid, kind: m.kind, codec: codec.rtpMap, ssrcs: m.ssrcIds,
                                          direction: theirs == .sendrecv ? .sendonly : theirs, rejected: false))
         }
-        let lines = sessionHeader(sessionId: sessionId, version: version, mids: bundled) + body
-        return (lines.joined(separator: "\r\n") + "\r\n", streams)
+        let sdp = SessionDescription(username: "-", sessionName: "-", sessionId: sessionId, version: version, bundle: bundle,
+                                     iceLite: false, media: media)
+        return (sdp.serialize(), streams)
     }
 
-    /// The remote transport (ICE credentials, fingerprint, setup, candidates) of a BUNDLEd SDP:
-    /// session-level values, else those of the first non-rejected m-line.
+    /// The remote transport (ICE credentials, fingerprint, setup, candidates) of a BUNDLEd SDP,
+    /// read by `SessionDescription.transport()`: the BUNDLE-tagged m-section's values, else the
+    /// session-level ones (see `SdpTransport`). Minato and Janus put every candidate into the
+    /// description, so candidates without `a=end-of-candidates` are taken as complete too.
     public static func remoteTransport(of sdp: SessionDescription) throws(ClientSdpError) -> RemoteTransportParameters {
-        let m = sdp.media.first { $0.port != 0 } ?? sdp.media.first
-        guard let ufrag = sdp.iceUfrag ?? m?.iceUfrag, let pwd = sdp.icePwd ?? m?.icePwd else {
-            throw ClientSdpError("the remote SDP has no a=ice-ufrag / a=ice-pwd")
-        }
-        guard let fp = sdp.fingerprint ?? m?.fingerprint else {
-            throw ClientSdpError("the remote SDP has no a=fingerprint")
-        }
-        let setup = sdp.setup ?? m?.setup ?? "actpass"
-        var candidates: [String] = []
-        var end = false
-        for media in sdp.media {
-            candidates += media.candidates
-            end = end || media.endOfCandidates
-        }
-        return RemoteTransportParameters(iceUfrag: ufrag, icePwd: pwd, fingerprintAlgorithm: fp.algorithm,
-                                         fingerprint: fp.value, setup: setup, candidates: candidates,
-                                         endOfCandidates: end || !candidates.isEmpty)
+        let t: SdpTransport
+        do { t = try sdp.transport() } catch { throw ClientSdpError(error.description) }
+        return RemoteTransportParameters(iceUfrag: t.iceUfrag, icePwd: t.icePwd, fingerprintAlgorithm: t.fingerprint.algorithm,
+                                         fingerprint: t.fingerprint.value, setup: t.setup.rawValue, candidates: t.candidates,
+                                         endOfCandidates: t.endOfCandidates || !t.candidates.isEmpty)
     }
 
     /// Our DTLS role given the remote's `a=setup` in an answer to our `actpass` offer.

@@ -1,5 +1,5 @@
 public import MinatoTransport
-internal import MinatoWire
+public import MinatoWire
 
 /// A packet a subscription received, still SRTP-encrypted, borrowed for the duration of the
 /// sink's call. Its RTP header (SSRC, sequence, timestamp, marker, payload type) is in clear.
@@ -8,10 +8,14 @@ public struct ReceivedSrtpPacket {
     let connection: ClientConnection
 
     @inline(__always) public var count: Int { buffer.count }
-    @inline(__always) public var ssrc: UInt32 { buffer.count >= 12 ? UInt32(bigEndian: buffer.loadUnaligned(fromByteOffset: 8, as: UInt32.self)) : 0 }
-    @inline(__always) public var sequenceNumber: UInt16 { buffer.count >= 12 ? UInt16(bigEndian: buffer.loadUnaligned(fromByteOffset: 2, as: UInt16.self)) : 0 }
-    @inline(__always) public var payloadType: UInt8 { buffer.count >= 2 ? buffer[1] & 0x7F : 0 }
-    @inline(__always) public var marker: Bool { buffer.count >= 2 && buffer[1] & 0x80 != 0 }
+    /// The clear fixed header (`RtpPacketView.FixedHeader`), nil for fewer than 12 bytes or
+    /// another RTP version.
+    @inline(__always) public var header: RtpPacketView.FixedHeader? { RtpPacketView.FixedHeader(UnsafeRawBufferPointer(buffer)) }
+    /// 0 when there is no header.
+    @inline(__always) public var ssrc: UInt32 { header?.ssrc ?? 0 }
+    @inline(__always) public var sequenceNumber: UInt16 { header?.sequenceNumber ?? 0 }
+    @inline(__always) public var payloadType: UInt8 { header?.payloadType ?? 0 }
+    @inline(__always) public var marker: Bool { header?.marker ?? false }
 
     /// Decrypts in place and returns the clear RTP packet, or nil if authentication fails.
     /// Decrypting only some packets is fine (SRTP's replay window tolerates the gaps).
@@ -55,8 +59,9 @@ public final class OutboundStream<Source: RtpSource> {
         timer = core.every(milliseconds: source.pollIntervalMilliseconds) { [unowned self] in
             guard self.enabled, self.connection.state == .connected else { return true }
             self.source.poll(now: monotonicNow(), buffer: clearRoom) { length in
-                guard length >= 12, length <= 1500, let base = self.buffer.baseAddress else { return }
-                base.storeBytes(of: self.ssrc.bigEndian, toByteOffset: 8, as: UInt32.self)
+                guard length >= 12, length <= 1500, let base = self.buffer.baseAddress,
+                      let packet = RtpPacketView(UnsafeMutableRawBufferPointer(rebasing: self.buffer[0..<length])) else { return }
+                packet.ssrc = self.ssrc
                 if self.connection.sendRtp(base, length: length) { self.packetsSent &+= 1 }
             }
             return true
@@ -124,18 +129,25 @@ public final class InboundDemux {
 /// A sink that decrypts every packet and yields a copy (for bots and tests; allocates per
 /// packet, so not for load). `packets` ends when the subscription ends.
 public final class PacketCollector: RtpSink, Sendable {
+    /// One decrypted packet, its fields read by `RtpPacketView` when it arrived.
     public struct Packet: Sendable {
         public let bytes: [UInt8]
-        public var payloadType: UInt8 { bytes[1] & 0x7F }
-        public var sequenceNumber: UInt16 { UInt16(bytes[2]) << 8 | UInt16(bytes[3]) }
-        public var marker: Bool { bytes[1] & 0x80 != 0 }
-        /// The RTP payload (after the header, CSRCs and extension).
-        public var payload: ArraySlice<UInt8> {
-            var h = 12 + 4 * Int(bytes[0] & 0x0F)
-            if bytes[0] & 0x10 != 0, bytes.count >= h + 4 {
-                h += 4 + 4 * (Int(bytes[h + 2]) << 8 | Int(bytes[h + 3]))
-            }
-            return bytes[min(h, bytes.count)...]
+        public let header: RtpPacketView.FixedHeader
+        /// Where the payload sits in `bytes` (after the header, CSRCs and extension; before padding).
+        public let payloadRange: Range<Int>
+        public var payloadType: UInt8 { header.payloadType }
+        public var sequenceNumber: UInt16 { header.sequenceNumber }
+        public var marker: Bool { header.marker }
+        /// The RTP payload.
+        public var payload: ArraySlice<UInt8> { bytes[payloadRange] }
+
+        /// nil unless `packet` is a well-formed RTP packet (`RtpPacketView.init?`).
+        init?(_ packet: UnsafeMutableRawBufferPointer) {
+            guard let view = RtpPacketView(packet), let header = RtpPacketView.FixedHeader(UnsafeRawBufferPointer(packet))
+            else { return nil }
+            self.bytes = Array(packet)
+            self.header = header
+            self.payloadRange = view.headerLength ..< view.headerLength + view.payloadLength
         }
     }
     public let packets: AsyncStream<Packet>
@@ -146,8 +158,8 @@ public final class PacketCollector: RtpSink, Sendable {
     }
 
     public func receive(_ packet: ReceivedSrtpPacket) {
-        guard let clear = packet.decrypt() else { return }
-        continuation.yield(Packet(bytes: Array(clear)))
+        guard let clear = packet.decrypt(), let p = Packet(clear) else { return }
+        continuation.yield(p)
     }
 
     func finish() { continuation.finish() }

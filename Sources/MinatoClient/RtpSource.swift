@@ -1,4 +1,5 @@
 internal import MinatoTransport
+internal import MinatoWire
 
 /// Anything that yields RTP packets for a publication: a synthetic generator, a file, a UDP
 /// socket fed by ffmpeg or GStreamer. Once published, a source is used only on the client
@@ -39,16 +40,6 @@ public enum PayloadStamp {
         return (UInt32(bigEndian: base.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)),
                 UInt64(bigEndian: base.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)))
     }
-}
-
-/// Writes a 12-byte RTP header (no CSRC, no extension); the SSRC is left for the publication.
-@inline(__always)
-func writeRtpHeader(_ p: UnsafeMutableRawPointer, payloadType: UInt8, marker: Bool, sequence: UInt16, timestamp: UInt32) {
-    p.storeBytes(of: 0x80, toByteOffset: 0, as: UInt8.self)
-    p.storeBytes(of: (marker ? 0x80 : 0) | (payloadType & 0x7F), toByteOffset: 1, as: UInt8.self)
-    p.storeBytes(of: sequence.bigEndian, toByteOffset: 2, as: UInt16.self)
-    p.storeBytes(of: timestamp.bigEndian, toByteOffset: 4, as: UInt32.self)
-    p.storeBytes(of: UInt32(0), toByteOffset: 8, as: UInt32.self)
 }
 
 /// Synthetic VP8 video at a target bitrate: `fps` frames a second, each a burst of packets of
@@ -102,7 +93,9 @@ public final class SyntheticVideoSource: RtpSource, @unchecked Sendable {
             let perFrame = packetsPerFrame
             let count = key ? perFrame * keyFrameScale : max(1, perFrame - (perFrame * (keyFrameScale - 1)) / (fps * max(1, keyFrameIntervalSec)))
             for i in 0..<count {
-                writeRtpHeader(base, payloadType: codec.payloadType, marker: i == count - 1, sequence: sequence, timestamp: timestamp)
+                // SSRC 0: the publication writes its own.
+                _ = RtpPacketView.writeHeader(into: buffer, payloadType: codec.payloadType, sequenceNumber: sequence,
+                                              timestamp: timestamp, ssrc: 0, marker: i == count - 1)
                 sequence &+= 1
                 var p = 12
                 // VP8 descriptor: X=0, N=0, S=1 on a frame's first packet, PID=0.
@@ -151,7 +144,8 @@ public final class SyntheticAudioSource: RtpSource, @unchecked Sendable {
         while now >= nextAt && n < 5 {
             n += 1
             nextAt &+= 20_000_000
-            writeRtpHeader(base, payloadType: codec.payloadType, marker: false, sequence: sequence, timestamp: timestamp)
+            _ = RtpPacketView.writeHeader(into: buffer, payloadType: codec.payloadType, sequenceNumber: sequence,
+                                          timestamp: timestamp, ssrc: 0)
             sequence &+= 1
             timestamp &+= 960
             base.storeBytes(of: 0xFC, toByteOffset: 12, as: UInt8.self)   // Opus TOC: CELT FB 20 ms, 1 frame
@@ -162,9 +156,4 @@ public final class SyntheticAudioSource: RtpSource, @unchecked Sendable {
         }
         if now > nextAt &+ 200_000_000 { nextAt = now }
     }
-}
-
-/// Where a synthetic source puts its `PayloadStamp`, by codec (after the payload descriptor).
-public func payloadStampOffset(mimeType: String, firstPacketOfFrame: Bool) -> Int {
-    mimeType.lowercased() == "video/vp8" ? (firstPacketOfFrame ? 4 : 1) : 1
 }

@@ -1,4 +1,5 @@
 internal import MinatoTransport
+internal import MinatoWire
 
 /// A sink that counts every packet of one stream from its clear RTP header (no decryption)
 /// and decrypts one packet in `sampleEvery` to read the sender's `PayloadStamp`: send time
@@ -62,9 +63,8 @@ public final class StreamCounter: RtpSink, @unchecked Sendable {
         guard packets % sampleEvery == 0 else { return }
         sampled &+= 1
         guard let clear = packet.decrypt() else { decryptFailures &+= 1; return }
-        let header = 12 + 4 * Int(clear[0] & 0x0F)
-        guard clear.count > header else { return }
-        let payload = UnsafeRawBufferPointer(rebasing: clear[header...])
+        guard let rtp = RtpPacketView(clear) else { return }
+        let payload = UnsafeRawBufferPointer(rtp.payload)
         guard let stamp = PayloadStamp.read(payload, offset: 1) ?? PayloadStamp.read(payload, offset: 4) else { return }
         stampsRead &+= 1
         let now = monotonicNow()

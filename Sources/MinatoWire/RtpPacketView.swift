@@ -207,6 +207,14 @@ extension RtpPacketView {
         public var timestamp: UInt32
         public var ssrc: UInt32
 
+        public init(marker: Bool, payloadType: UInt8, sequenceNumber: UInt16, timestamp: UInt32, ssrc: UInt32) {
+            self.marker = marker
+            self.payloadType = payloadType & 0x7F
+            self.sequenceNumber = sequenceNumber
+            self.timestamp = timestamp
+            self.ssrc = ssrc
+        }
+
         @inlinable
         public init?(_ buffer: UnsafeRawBufferPointer) {
             guard buffer.count >= 12, buffer[0] >> 6 == 2 else { return nil }

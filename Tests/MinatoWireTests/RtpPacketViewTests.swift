@@ -305,3 +305,18 @@ func rtpPacket(
         } == 0)
     }
 }
+
+/// `RtpPacketView.FixedHeader`: the clear header of an SRTP packet (no padding/length checks).
+@Suite struct RtpFixedHeaderTests {
+    @Test func readsTheClearFieldsOfAnEncryptedPacket() {
+        // P bit set and a last byte that is really the SRTP tag: `RtpPacketView` refuses it,
+        // the fixed header still reads.
+        let bytes: [UInt8] = [0xA0, 0x80 | 111] + be16(65535) + be32(0xDEADBEEF) + be32(42) + [9, 9, 9, 0xFF]
+        let (view, _) = withPacket(bytes) { RtpPacketView($0) }
+        #expect(view == nil)
+        let h = withBytes(bytes) { RtpPacketView.FixedHeader($0) }
+        #expect(h == RtpPacketView.FixedHeader(marker: true, payloadType: 111, sequenceNumber: 65535, timestamp: 0xDEADBEEF, ssrc: 42))
+        #expect(withBytes(Array(bytes.prefix(11))) { RtpPacketView.FixedHeader($0) } == nil)
+        #expect(withBytes([0x40] + Array(bytes.dropFirst())) { RtpPacketView.FixedHeader($0) } == nil)
+    }
+}
