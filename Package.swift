@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "MinatoMedia", targets: ["MinatoMedia"]),
         .library(name: "MinatoTransport", targets: ["MinatoTransport"]),
         .library(name: "MinatoRooms", targets: ["MinatoRooms"]),
+        .library(name: "MinatoSignaling", targets: ["MinatoSignaling"]),
         .library(name: "MinatoServer", targets: ["MinatoServer"]),
         .library(name: "MinatoClient", targets: ["MinatoClient"]),
         .executable(name: "minato-client", targets: ["minato-client"]),
@@ -55,10 +56,15 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Metrics", package: "swift-metrics")],
             swiftSettings: strict),
+        // Signaling: the JSON-RPC front door of the room core (docs/protocol.md). No I/O.
+        .target(
+            name: "MinatoSignaling",
+            dependencies: ["MinatoRooms", .product(name: "Metrics", package: "swift-metrics")],
+            swiftSettings: strict),
         // Server: JSON-RPC over WebSocket, config.
         .target(
             name: "MinatoServer",
-            dependencies: ["MinatoRooms", "MinatoTransport",
+            dependencies: ["MinatoRooms", "MinatoSignaling", "MinatoTransport",
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                            .product(name: "NIOCore", package: "swift-nio"),
@@ -90,7 +96,7 @@ let package = Package(
 
         .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
         .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
-        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms"]),
+        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms", "MinatoSignaling"]),
         .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]

@@ -16,7 +16,8 @@ let package = Package(
         .executableTarget(name: "FuzzDemux", dependencies: [.product(name: "MinatoWire", package: "minato")], swiftSettings: fuzz),
         .executableTarget(name: "FuzzRouter", dependencies: [.product(name: "MinatoMedia", package: "minato"),
                                                              .product(name: "MinatoWire", package: "minato")], swiftSettings: fuzz),
-        .executableTarget(name: "FuzzJsonRpc", dependencies: [.product(name: "MinatoRooms", package: "minato")], swiftSettings: fuzz),
+        .executableTarget(name: "FuzzJsonRpc", dependencies: [.product(name: "MinatoRooms", package: "minato"),
+                                                              .product(name: "MinatoSignaling", package: "minato")], swiftSettings: fuzz),
     ],
     swiftLanguageModes: [.v6]
 )

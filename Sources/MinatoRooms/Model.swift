@@ -128,40 +128,30 @@ final class LocalSFURoomMember {
     /// from another connection (`keepalive`) needs it. 256 random bits, hex.
     let reconnectSecret: String
 
-    var sendTransport: TransportDescription?
-    var recvTransport: TransportDescription?
-    var creatingSend = false
-    var creatingRecv = false
-    /// Requests waiting for a transport that is being created (resumed when it exists or failed).
-    var transportWaiters: [CheckedContinuation<Void, Never>] = []
-    var sendRemoteApplied = false
-    var recvRemoteApplied = false
-    /// Candidates trickled before the transport existed.
-    var pendingCandidates: [String: [String?]] = ["send": [], "recv": []]
-    /// Bytes held in `pendingCandidates`, and candidates trickled so far, per direction.
-    var pendingCandidateBytes: [String: Int] = ["send": 0, "recv": 0]
-    var remoteCandidateCount: [String: Int] = ["send": 0, "recv": 0]
+    /// The send connection (the client offers): its transport and the client's parameters.
+    var send = PeerTransport()
+    /// The receive connection (the server offers): its transport and its offer/answer state.
+    var recv = PeerTransport()
+    var receive = ReceiveNegotiation<ContinuousClock.Instant>()
+    /// Requests waiting on either connection, by token: resumed with true to go on, false when
+    /// the member is gone.
+    var waiters: [WaiterToken: CheckedContinuation<Bool, Never>] = [:]
 
     var recvSlots: [ReceiveSlot] = []
     var nextMid = 0
-    var recvOfferPending = false { didSet { if !recvOfferPending { resumeIdleWaiters() } } }
-    /// Requests waiting for the pending receive offer to be answered, by token.
-    var idleWaiters: [(token: UInt64, continuation: CheckedContinuation<Void, Never>)] = []
-    var recvNeedsOffer = false
     var recvVersion = 0
     var sendVersion = 0
     let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
-    var removed = false { didSet { if removed { resumeIdleWaiters(); resumeTransportWaiters() } } }
+    var removed = false
 
-    func resumeIdleWaiters() {
-        let waiting = idleWaiters
-        idleWaiters = []
-        for w in waiting { w.continuation.resume() }
+    /// Resumes a waiting request (true: go on; false: the member is gone).
+    func resume(_ token: WaiterToken, _ proceed: Bool) {
+        waiters.removeValue(forKey: token)?.resume(returning: proceed)
     }
-    func resumeTransportWaiters() {
-        let waiting = transportWaiters
-        transportWaiters = []
-        for c in waiting { c.resume() }
+    func failAllWaiters() {
+        let waiting = waiters
+        waiters = [:]
+        for (_, c) in waiting { c.resume(returning: false) }
     }
 
     init(id: String, name: String?, metadata: String, type: String, roomId: String, channel: ClientChannel,

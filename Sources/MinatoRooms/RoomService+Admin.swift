@@ -16,9 +16,9 @@ extension RoomService {
     }
 
     public func adminCreateRoom(name: String?, metadata: String?, password: String?) async throws(RoomError) -> JSONValue {
-        if let name { try Params.checkName(name, key: "name") }
-        if let metadata { try Params.checkMetadata(metadata, key: "metadata") }
-        if let password { try Params.checkPassword(password, key: "password") }
+        _ = try Validate.name(name, key: "name")
+        _ = try Validate.metadata(metadata, key: "metadata")
+        _ = try Validate.password(password, key: "password")
         func check() throws(RoomError) {
             if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
             try checkRoomLimits(channel: nil)
@@ -36,7 +36,7 @@ extension RoomService {
 
     public func adminUpdateRoomMetadata(_ roomId: String, metadata: String) throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
-        try Params.checkMetadata(metadata, key: "metadata")
+        _ = try Validate.metadata(metadata, key: "metadata")
         room.metadata = metadata
         emit(room, "metadataUpdated", ["room": room.summaryJSON])
         flushOutbox()

@@ -1,46 +1,40 @@
 internal import Foundation
 
-/// Token checks (PROTOCOL.md "Auth"): with a verifier configured, a connection authenticates
+/// Token checks (docs/protocol.md "Auth"): with a verifier configured, a connection authenticates
 /// once (`?token=` or `authenticate`), may refresh with `updateAuthToken`, and every request is
 /// checked against its grant's SkyWay scope.
 extension RoomService {
-    /// Member-scoped methods and the member permission each needs (nil = only room access).
-    static func memberAction(_ method: String, _ p: Params) -> String?? {
-        switch method {
-        case "leave", "keepalive": return .some(nil)
-        case "updateMemberMetadata": return "updateMetadata"
-        case "publish", "negotiate", "unpublish", "enablePublication", "disablePublication", "updatePublicationMetadata":
-            return "publish"
-        case "subscribe", "unsubscribe", "answer", "changePreferredEncoding": return "subscribe"
-        case "iceCandidate": return (try? p.string("direction")) == "send" ? "publish" : "subscribe"
-        default: return nil   // not member-scoped
+    /// Checks what a request needs of the caller's token before it runs (`Permission`, declared
+    /// once per method by the front door): a bound, unexpired token, and for member-scoped
+    /// requests a member rule matching the member it acts as. Room rules are checked inside the
+    /// room methods. With auth off, everything passes.
+    public func authorize(_ permission: Permission, target: MemberTarget?, from channel: ClientChannel) throws {
+        guard verifier != nil, permission != .authenticate else { return }
+        let grant = try grant(of: channel)
+        if case .member(let action) = permission, let grant, let target, let (room, member) = memberTarget(target) {
+            try permit(grant, room: room, memberName: member.name, action: action)
         }
     }
 
-    /// The grant this request runs under (nil when auth is off), after the checks every
-    /// member-scoped method shares. Room-level checks happen in each method.
-    func authorize(method: String, params: Params, channel: ClientChannel) async throws -> AuthGrant? {
-        guard verifier != nil, method != "authenticate", method != "updateAuthToken" else { return nil }
+    /// The connection's grant (nil when auth is off); fails when it has none or it expired.
+    func grant(of channel: ClientChannel) throws(RoomError) -> AuthGrant? {
+        guard verifier != nil else { return nil }
         guard let session = sessions[channel.id] else {
             throw RoomError.invalidAuthToken("This server requires a token: connect to /ws?token=… or call authenticate {token} first.")
         }
-        let grant = session.grant
-        if grant.expiresAt <= Date().timeIntervalSince1970 {
-            throw RoomError.authTokenExpired("The token expired at \(Self.isoTime(grant.expiresAt)); call updateAuthToken with a new one.")
+        if session.grant.expiresAt <= Date().timeIntervalSince1970 {
+            throw RoomError.authTokenExpired("The token expired at \(Self.isoTime(session.grant.expiresAt)); call updateAuthToken with a new one.")
         }
-        if case .some(let action) = Self.memberAction(method, params), let (room, member) = memberTarget(params) {
-            try permit(grant, room: room, memberName: member.name, action: action)
-        }
-        return grant
+        return session.grant
     }
 
     /// The member a member-scoped request acts as, found without changing anything.
-    func memberTarget(_ p: Params) -> (Room, LocalSFURoomMember)? {
-        if let id = try? p.string("memberId") { return findMember(id) }
-        if let pid = try? p.string("publicationId") {
+    func memberTarget(_ target: MemberTarget) -> (Room, LocalSFURoomMember)? {
+        switch target {
+        case .member(let id): return findMember(id)
+        case .publication(let pid):
             for room in rooms { if let pub = room.publication(pid), let m = room.member(pub.publisherId) { return (room, m) } }
-        }
-        if let sid = try? p.string("subscriptionId") {
+        case .subscription(let sid):
             for room in rooms { if let sub = room.subscription(sid), let m = room.member(sub.subscriberId) { return (room, m) } }
         }
         return nil
@@ -96,13 +90,10 @@ extension RoomService {
     }
 
     /// `authenticate {token}` / `updateAuthToken {token}`: verifies and binds the token to this
-    /// connection. An update must keep the appId.
-    func authenticate(_ p: Params, channel: ClientChannel, update: Bool) async throws -> JSONValue {
-        let token = try p.string("token")
-        guard let verifier else {
-            // Auth off: accept and ignore, so clients written for auth work unchanged.
-            return ["expiresAt": .null]
-        }
+    /// connection. An update must keep the appId. With auth off, accepted and ignored (so
+    /// clients written for auth work unchanged).
+    public func authenticate(token: String, update: Bool, from channel: ClientChannel) async throws -> AuthenticateResult {
+        guard let verifier else { return AuthenticateResult(expiresAt: nil) }
         let grant: AuthGrant
         switch await verifier(token) {
         case .success(let g): grant = g
@@ -112,7 +103,7 @@ extension RoomService {
             throw RoomError.invalidAuthToken("The new token is for app '\(grant.appId)', this connection's for '\(old.grant.appId)'.")
         }
         sessions[channel.id] = AuthSession(grant: grant, channel: channel)
-        return ["expiresAt": .string(Self.isoTime(grant.expiresAt))]
+        return AuthenticateResult(expiresAt: Self.isoTime(grant.expiresAt))
     }
 
     /// Binds a token given at connect time (`/ws?token=`); the caller closes the socket on failure.
@@ -134,10 +125,9 @@ extension RoomService {
             let remaining = session.grant.expiresAt - now
             guard remaining <= Double(configuration.tokenExpiringNoticeSec) else { continue }
             sessions[id]?.warned = true
-            let note: JSONValue = ["jsonrpc": "2.0", "method": "tokenExpiring",
-                                   "params": ["expiresAt": .string(Self.isoTime(session.grant.expiresAt)),
-                                              "remainingSec": .int(max(0, Int(remaining.rounded(.down))))]]
-            outbox.append((session.channel, note.serialized()))
+            let note = Self.notification("tokenExpiring", ["expiresAt": .string(Self.isoTime(session.grant.expiresAt)),
+                                                           "remainingSec": .int(Int(exactly: max(0, remaining.rounded(.down))) ?? 0)])
+            outbox.append((session.channel, note))
         }
     }
 

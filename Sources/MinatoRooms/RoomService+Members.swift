@@ -6,15 +6,16 @@ internal import Metrics
 /// Member methods and lifecycle: join (with the room password checked off the actor), keepalive
 /// and takeover, removal, keepalive expiry, and transport failures reported by the workers.
 extension RoomService {
-    func join(_ p: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
-        let roomId = try p.string("roomId")
-        let name = try p.name("name")
-        let metadata = try p.metadata("metadata") ?? ""
-        let password = try p.password("password")
-        let interval = try p.optionalInt("keepaliveIntervalSec") ?? configuration.defaultKeepaliveIntervalSec
-        let gap = try p.optionalInt("keepaliveIntervalGapSec") ?? configuration.defaultKeepaliveIntervalGapSec
-        let replace = try p.optionalBool("replace") ?? false
-        let type = try p.optionalString("type") ?? "person"
+    public func join(_ r: JoinRequest, from channel: ClientChannel) async throws -> JoinResult {
+        let grant = try grant(of: channel)
+        let roomId = r.roomId
+        let name = try Validate.name(r.name, key: "name")
+        let metadata = try Validate.metadata(r.metadata, key: "metadata") ?? ""
+        let password = try Validate.password(r.password, key: "password")
+        let interval = r.keepaliveIntervalSec ?? configuration.defaultKeepaliveIntervalSec
+        let gap = r.keepaliveIntervalGapSec ?? configuration.defaultKeepaliveIntervalGapSec
+        let replace = r.replace
+        let type = r.type ?? "person"
         guard interval >= 1, gap >= 0 else {
             throw RoomError.invalidParameter("keepaliveIntervalSec must be at least 1 and keepaliveIntervalGapSec at least 0.")
         }
@@ -52,7 +53,7 @@ extension RoomService {
         room.members.append(member)
         emit(room, "memberJoined", ["member": member.json])
         logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
-        return ["member": member.json, "room": room.json, "reconnectSecret": .string(member.reconnectSecret)]
+        return JoinResult(member: member.json, room: room.json, reconnectSecret: member.reconnectSecret)
     }
 
     /// Members per room, on the server, and owned by one connection (`replacing` leaves, so it
@@ -89,14 +90,15 @@ extension RoomService {
         return ok
     }
 
-    func keepalive(_ p: Params, channel: ClientChannel) throws -> JSONValue {
-        let id = try p.string("memberId")
+    /// Keeps the member alive; from another connection it takes the member over (a reconnect),
+    /// which needs `reconnectSecret`. Returns the member's time to live in seconds.
+    public func keepalive(memberId id: String, reconnectSecret: String?, from channel: ClientChannel) throws -> Int {
         guard let (room, member) = findMember(id) else { throw RoomError.memberNotFound(id) }
         // A reconnecting client takes its member over on the new connection, with the secret
         // its join returned (a member id alone is public: getRoom lists it).
         let tookOver = member.channel?.id != channel.id
         if tookOver {
-            guard let secret = try p.optionalString("reconnectSecret"), constantTimeEquals(secret, member.reconnectSecret) else {
+            guard let secret = reconnectSecret, constantTimeEquals(secret, member.reconnectSecret) else {
                 throw RoomError.insufficientPermissions(
                     "Member '\(id)' belongs to another connection; taking it over needs the reconnectSecret its join returned.")
             }
@@ -107,11 +109,19 @@ extension RoomService {
         member.lastSeen = clock.now
         // A server offer sent to (or held for) the lost connection may never have arrived:
         // offer the current receive state again on the new one.
-        if tookOver, member.recvTransport != nil, member.recvOfferPending || member.recvNeedsOffer {
-            member.recvNeedsOffer = false
-            sendOffer(member)
-        }
-        return ["ttlSec": .int(member.keepaliveIntervalSec + member.keepaliveIntervalGapSec)]
+        if tookOver { perform(member.receive.reconnected(), for: member) }
+        return member.keepaliveIntervalSec + member.keepaliveIntervalGapSec
+    }
+
+    public func leave(memberId: String, from channel: ClientChannel) throws {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        removeMember(member, from: room, reason: "left")
+    }
+
+    public func updateMemberMetadata(memberId: String, metadata: String, from channel: ClientChannel) throws {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        member.metadata = try Validate.metadata(metadata, key: "metadata") ?? ""
+        emit(room, "memberMetadataUpdated", ["member": member.json])
     }
 
     /// Removes a member: its publications are unpublished (events first), its subscriptions end,
@@ -119,10 +129,12 @@ extension RoomService {
     func removeMember(_ member: LocalSFURoomMember, from room: Room, reason: String) {
         guard !member.removed else { return }
         member.removed = true
+        perform(member.receive.close(), for: member)
+        member.failAllWaiters()
         for pub in room.publications where pub.publisherId == member.id { unpublish(pub, in: room) }
         for sub in room.subscriptions where sub.subscriberId == member.id { endSubscription(sub, in: room, offerToSubscriber: false) }
         let worker = workers[room.worker]
-        for t in [member.sendTransport, member.recvTransport].compactMap({ $0 }) {
+        for t in [member.send.description, member.recv.description].compactMap({ $0 }) {
             transportOwners[t.id] = nil
             let id = t.id
             worker.post { $0.closeTransport(id) }
@@ -156,8 +168,7 @@ extension RoomService {
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }
             logger.info("transport closed", metadata: ["member": "\(member.id)", "reason": "\(reason)"])
-            let kind = reason.hasPrefix("connect timeout") ? "connect_timeout"
-                : reason.hasPrefix("ICE") ? "ice" : reason.contains("DTLS") ? "dtls" : "timeout"
+            let kind = transportFailureKind(reason)
             Counter(label: "minato_transport_failures_total", dimensions: [("kind", kind)]).increment()
             removeMember(member, from: room, reason: "transportClosed")
             flushOutbox()

@@ -4,10 +4,16 @@ internal import MinatoTransport
 
 /// Room methods: create, find, close, metadata, and the event log (`subscribeRoomEvents`).
 extension RoomService {
-    func createRoom(_ p: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
-        let name = try p.name("name")
-        let metadata = try p.metadata("metadata") ?? ""
-        let password = try p.password("password")
+    public func listRooms(from channel: ClientChannel) throws -> [JSONValue] {
+        let grant = try grant(of: channel)
+        return rooms.filter { room in grant.map { !$0.rules(forRoom: room.name).isEmpty } ?? true }.map(\.summaryJSON)
+    }
+
+    public func createRoom(_ r: CreateRoomRequest, from channel: ClientChannel) async throws -> JSONValue {
+        let grant = try grant(of: channel)
+        let name = try Validate.name(r.name, key: "name")
+        let metadata = try Validate.metadata(r.metadata, key: "metadata") ?? ""
+        let password = try Validate.password(r.password, key: "password")
         try permit(grant, roomNamed: name, action: "create")
         func check() throws {
             if let name, rooms.contains(where: { $0.name == name }) { throw RoomError.roomNameDuplicated(name) }
@@ -18,7 +24,7 @@ extension RoomService {
         try check()
         let room = makeRoom(name: name, metadata: metadata, password: hash)
         connections[channel.id, default: .init()].roomsCreated += 1
-        return ["room": room.json]
+        return room.json
     }
 
     /// Server-wide and per-connection room limits (`rooms.maxRooms`, `rooms.maxRoomsCreatedPerConnection`).
@@ -49,42 +55,45 @@ extension RoomService {
         return room
     }
 
-    func findRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
-        if let id = try p.optionalString("id") {
-            let r = try room(id)
-            try permit(grant, room: r)
-            return ["room": r.json]
+    /// `findRoom` (by id or name) and `getRoom` (by id).
+    public func findRoom(_ r: FindRoomRequest, from channel: ClientChannel) throws -> JSONValue {
+        let grant = try grant(of: channel)
+        if let id = r.id {
+            let room = try room(id)
+            try permit(grant, room: room)
+            return room.json
         }
-        if let name = try p.name("name") {
+        if let name = try Validate.name(r.name, key: "name") {
             try permit(grant, roomNamed: name, action: nil)
-            guard let r = rooms.first(where: { $0.name == name }) else { throw RoomError.roomNotFound("named '\(name)'") }
-            return ["room": r.json]
+            guard let room = rooms.first(where: { $0.name == name }) else { throw RoomError.roomNotFound("named '\(name)'") }
+            return room.json
         }
         throw RoomError.invalidParams("findRoom needs \"id\" or \"name\".")
     }
 
-    func findOrCreateRoom(_ p: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
-        guard let name = try p.name("name") else { throw RoomError.invalidParams("findOrCreateRoom needs \"name\".") }
-        let metadata = try p.metadata("metadata") ?? ""
-        let password = try p.password("password")
+    public func findOrCreateRoom(_ r: CreateRoomRequest, from channel: ClientChannel) async throws -> JSONValue {
+        let grant = try grant(of: channel)
+        guard let name = try Validate.name(r.name, key: "name") else { throw RoomError.invalidParams("findOrCreateRoom needs \"name\".") }
+        let metadata = try Validate.metadata(r.metadata, key: "metadata") ?? ""
+        let password = try Validate.password(r.password, key: "password")
         try permit(grant, roomNamed: name, action: nil)
-        if let r = rooms.first(where: { $0.name == name }) { return ["room": r.json] }
+        if let r = rooms.first(where: { $0.name == name }) { return r.json }
         try permit(grant, roomNamed: name, action: "create")
         try checkRoomLimits(channel: channel)
         let hash = await hashPassword(password)
         // Another request may have made it meanwhile: then this is a find.
-        if let r = rooms.first(where: { $0.name == name }) { return ["room": r.json] }
+        if let r = rooms.first(where: { $0.name == name }) { return r.json }
         try checkRoomLimits(channel: channel)
         let room = makeRoom(name: name, metadata: metadata, password: hash)
         connections[channel.id, default: .init()].roomsCreated += 1
-        return ["room": room.json]
+        return room.json
     }
 
-    func closeRoom(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
-        let room = try room(p.string("roomId"))
+    public func closeRoom(_ roomId: String, from channel: ClientChannel) throws {
+        let grant = try grant(of: channel)
+        let room = try room(roomId)
         try permit(grant, roomNamed: room.name, action: "close")
         close(room)
-        return [:]
     }
 
     func close(_ room: Room) {
@@ -98,22 +107,22 @@ extension RoomService {
         logger.info("room closed", metadata: ["room": "\(room.id)"])
     }
 
-    func updateRoomMetadata(_ p: Params, grant: AuthGrant?) throws -> JSONValue {
-        let room = try room(p.string("roomId"))
+    public func updateRoomMetadata(_ roomId: String, metadata: String, from channel: ClientChannel) throws {
+        let grant = try grant(of: channel)
+        let room = try room(roomId)
         try permit(grant, roomNamed: room.name, action: "updateMetadata")
-        room.metadata = try p.requiredMetadata("metadata")
+        room.metadata = try Validate.metadata(metadata, key: "metadata") ?? ""
         emit(room, "metadataUpdated", ["room": room.summaryJSON])
-        return [:]
     }
 
-    /// `{roomId, offset, limit?}` → `{events, nextOffset}`: at most `limit` events with
-    /// `version > offset`; `nextOffset` is the offset to ask for next while more remain, else
-    /// null. From then on this connection also receives the room's live events.
-    func subscribeRoomEvents(_ p: Params, channel: ClientChannel, grant: AuthGrant?) throws -> JSONValue {
-        let room = try room(p.string("roomId"))
+    /// At most `limit` events with `version > offset`, and the offset to ask for next while
+    /// more remain. From then on this connection also receives the room's live events.
+    public func subscribeRoomEvents(_ r: RoomEventsRequest, from channel: ClientChannel) throws -> RoomEventsPage {
+        let grant = try grant(of: channel)
+        let room = try room(r.roomId)
         try permit(grant, room: room)
-        let offset = try p.optionalInt("offset") ?? 0
-        let limit = try p.optionalInt("limit") ?? configuration.maxEventsPerPage
+        let offset = r.offset
+        let limit = r.limit ?? configuration.maxEventsPerPage
         guard (1...configuration.maxEventsPerPage).contains(limit) else {
             throw RoomError.invalidParameter("limit must be 1...\(configuration.maxEventsPerPage) (rooms.maxEventsPerPage).")
         }
@@ -122,7 +131,7 @@ extension RoomService {
         let start = room.events.firstIndex { ($0["version"]?.intValue ?? 0) > offset } ?? room.events.endIndex
         let end = min(room.events.endIndex, start + limit)
         let page = Array(room.events[start..<end])
-        let next: JSONValue = end < room.events.endIndex ? (page.last?["version"] ?? .null) : .null
-        return ["events": .array(page), "nextOffset": next]
+        let next = end < room.events.endIndex ? page.last?["version"]?.intValue : nil
+        return RoomEventsPage(events: page, nextOffset: next)
     }
 }

@@ -5,9 +5,11 @@ internal import MinatoMedia
 internal import MinatoWire
 internal import Metrics
 
-/// The room model of one server: every Room, Member, Publication and Subscription, the event
-/// log, keepalive expiry, and the JSON-RPC methods of PROTOCOL.md. One actor owns all of it;
-/// media work goes to the room's `MediaWorker` through its inbox.
+/// The room core of one server: every Room, Member, Publication and Subscription, the event
+/// log, keepalive expiry and the media negotiation, behind a typed API (RoomAPI.swift; one
+/// method per request of docs/protocol.md). One actor owns all of it; media work goes to the
+/// room's `MediaWorker` through its inbox. Front doors (JSON-RPC over WebSocket in
+/// `MinatoSignaling`, the REST admin API) translate their wire formats to this API.
 public actor RoomService {
     let configuration: RoomConfiguration
     let workers: [MediaWorker]
@@ -59,42 +61,7 @@ public actor RoomService {
         }
     }
 
-    // MARK: JSON-RPC entry points
-
-    /// Parses one text frame from `channel` (on the caller's task) and handles it.
-    public nonisolated func handle(text: String, channel: ClientChannel) async {
-        switch JsonRpcRequest.parse(text) {
-        case .success(let request): await handle(request, channel: channel)
-        case .failure(let rejection): channel.send(rejection.responseText)
-        }
-    }
-
-    /// Handles one request and sends its response (then any notifications it caused).
-    public func handle(_ request: JsonRpcRequest, channel: ClientChannel) async {
-        let method = request.method, params = Params(request.params)
-        let known = Self.methods.contains(method) ? method : "unknown"
-        Counter(label: "minato_signaling_requests_total", dimensions: [("method", known)]).increment()
-        do {
-            let grant = try await authorize(method: method, params: params, channel: channel)
-            let result = try await dispatch(method: method, params: params, channel: channel, grant: grant)
-            send(channel, JsonRpc.response(id: request.id, result: result))
-        } catch let error as RoomError {
-            Counter(label: "minato_signaling_errors_total", dimensions: [("name", error.name)]).increment()
-            send(channel, JsonRpc.response(id: request.id, error: error))
-        } catch {
-            logger.error("request failed", metadata: ["method": "\(method)", "error": "\(error)"])
-            Counter(label: "minato_signaling_errors_total", dimensions: [("name", "internal")]).increment()
-            send(channel, JsonRpc.response(id: request.id, error: .internalError("The server could not complete this request; it has been logged.")))
-        }
-        flushOutbox()
-    }
-
-    /// Counts a request refused before it was handled (the connection's in-flight limit).
-    public nonisolated func countRefused(_ request: JsonRpcRequest) {
-        Counter(label: "minato_signaling_errors_total", dimensions: [("name", "limitExceeded")]).increment()
-    }
-
-    /// The WebSocket closed: its members stay for their keepalive gap, waiting for a reconnect.
+    /// The connection closed: its members stay for their keepalive gap, waiting for a reconnect.
     public func channelClosed(_ channelId: UInt64) {
         let now = clock.now
         sessions[channelId] = nil
@@ -108,75 +75,28 @@ public actor RoomService {
         }
     }
 
-    static let methods: Set<String> = [
-        "authenticate", "updateAuthToken", "listRooms", "createRoom", "findRoom", "findOrCreateRoom", "closeRoom",
-        "updateRoomMetadata", "getRoom", "subscribeRoomEvents", "join", "leave", "keepalive", "updateMemberMetadata",
-        "publish", "negotiate", "unpublish", "enablePublication", "disablePublication", "updatePublicationMetadata",
-        "subscribe", "unsubscribe", "answer", "iceCandidate", "changePreferredEncoding",
-    ]
-
-    func dispatch(method: String, params: Params, channel: ClientChannel, grant: AuthGrant?) async throws -> JSONValue {
-        switch method {
-        case "authenticate", "updateAuthToken": return try await authenticate(params, channel: channel, update: method == "updateAuthToken")
-        case "listRooms":
-            let visible = rooms.filter { room in grant.map { !$0.rules(forRoom: room.name).isEmpty } ?? true }
-            return ["rooms": .array(visible.map(\.summaryJSON))]
-        case "createRoom": return try await createRoom(params, channel: channel, grant: grant)
-        case "findRoom": return try findRoom(params, grant: grant)
-        case "findOrCreateRoom": return try await findOrCreateRoom(params, channel: channel, grant: grant)
-        case "closeRoom": return try closeRoom(params, grant: grant)
-        case "updateRoomMetadata": return try updateRoomMetadata(params, grant: grant)
-        case "getRoom":
-            let room = try room(params.string("roomId"))
-            try permit(grant, room: room)
-            return ["room": room.json]
-        case "subscribeRoomEvents": return try subscribeRoomEvents(params, channel: channel, grant: grant)
-        case "join": return try await join(params, channel: channel, grant: grant)
-        case "leave":
-            let (room, member) = try joinedMember(params, channel: channel)
-            removeMember(member, from: room, reason: "left")
-            return [:]
-        case "keepalive": return try keepalive(params, channel: channel)
-        case "updateMemberMetadata":
-            let (room, member) = try joinedMember(params, channel: channel)
-            member.metadata = try params.requiredMetadata("metadata")
-            emit(room, "memberMetadataUpdated", ["member": member.json])
-            return [:]
-        case "publish": return try await publish(params, channel: channel)
-        case "negotiate": return try await negotiate(params, channel: channel)
-        case "unpublish":
-            let (room, pub) = try ownPublication(params, channel: channel)
-            unpublish(pub, in: room)
-            return [:]
-        case "enablePublication", "disablePublication":
-            let (room, pub) = try ownPublication(params, channel: channel)
-            setEnabled(pub, method == "enablePublication", in: room)
-            return [:]
-        case "updatePublicationMetadata":
-            let (room, pub) = try ownPublication(params, channel: channel)
-            pub.metadata = try params.requiredMetadata("metadata")
-            emit(room, "publicationMetadataUpdated", ["publication": pub.json])
-            return [:]
-        case "subscribe": return try await subscribe(params, channel: channel)
-        case "unsubscribe": return try await unsubscribe(params, channel: channel)
-        case "answer": return try await answer(params, channel: channel)
-        case "iceCandidate": return try await iceCandidate(params, channel: channel)
-        case "changePreferredEncoding":
-            let (room, member) = try joinedMemberOfSubscription(params, channel: channel)
-            let sid = try params.string("subscriptionId")
-            guard let sub = room.subscription(sid), sub.subscriberId == member.id else { throw RoomError.subscriptionNotFound(sid) }
-            let preferred = try params.string("preferredEncodingId")
-            try Params.checkPreferredEncoding(preferred, of: room.publication(sub.publicationId))
-            sub.preferredEncodingId = preferred
-            return [:]
-        default:
-            throw RoomError.methodNotFound(method)
+    /// Runs one request on the core and hands its outcome to `respond` on the actor, before
+    /// the notifications the request caused (events, offers) are sent: a client always gets a
+    /// response before the events of its own request. Errors that are not `RoomError`s are
+    /// logged and become `internal` with a sentence.
+    public func run(_ body: @Sendable (isolated RoomService) async throws -> JSONValue,
+                    respond: @Sendable (Result<JSONValue, RoomError>) -> Void) async {
+        let outcome: Result<JSONValue, RoomError>
+        do {
+            outcome = .success(try await body(self))
+        } catch let error as RoomError {
+            outcome = .failure(error)
+        } catch {
+            logger.error("request failed", metadata: ["error": "\(error)"])
+            outcome = .failure(.internalError("The server could not complete this request; it has been logged."))
         }
+        respond(outcome)
+        flushOutbox()
     }
 
     // MARK: Lookup and validation
 
-    func room(_ id: String) throws -> Room {
+    func room(_ id: String) throws(RoomError) -> Room {
         guard let r = rooms.first(where: { $0.id == id }) else { throw RoomError.roomNotFound("with id '\(id)'") }
         return r
     }
@@ -186,9 +106,8 @@ public actor RoomService {
         return nil
     }
 
-    /// The member named by `memberId`, which must be joined on this connection.
-    func joinedMember(_ p: Params, channel: ClientChannel) throws -> (Room, LocalSFURoomMember) {
-        let id = try p.string("memberId")
+    /// The member `id`, which must be joined on this connection.
+    func joinedMember(_ id: String, channel: ClientChannel) throws(RoomError) -> (Room, LocalSFURoomMember) {
         guard let (room, member) = findMember(id) else { throw RoomError.memberNotFound(id) }
         guard member.channel?.id == channel.id else {
             throw RoomError.notJoined("Member '\(id)' is not joined on this connection; join, or call keepalive to take it over after a reconnect.")
@@ -197,22 +116,22 @@ public actor RoomService {
         return (room, member)
     }
 
-    func joinedMemberOfSubscription(_ p: Params, channel: ClientChannel) throws -> (Room, LocalSFURoomMember) {
-        let sid = try p.string("subscriptionId")
+    /// The subscription `sid` and its subscriber, which must be joined on this connection.
+    func ownSubscription(_ sid: String, channel: ClientChannel) throws(RoomError) -> (Room, LocalSFURoomMember, RoomSubscription) {
         for room in rooms {
             if let sub = room.subscription(sid), let member = room.member(sub.subscriberId) {
                 guard member.channel?.id == channel.id else {
                     throw RoomError.insufficientPermissions("Only the subscriber may change subscription '\(sid)'.")
                 }
                 member.lastSeen = clock.now
-                return (room, member)
+                return (room, member, sub)
             }
         }
         throw RoomError.subscriptionNotFound(sid)
     }
 
-    func ownPublication(_ p: Params, channel: ClientChannel) throws -> (Room, RoomPublication) {
-        let pid = try p.string("publicationId")
+    /// The publication `pid`, whose publisher must be joined on this connection.
+    func ownPublication(_ pid: String, channel: ClientChannel) throws(RoomError) -> (Room, RoomPublication) {
         for room in rooms {
             if let pub = room.publication(pid) {
                 guard let member = room.member(pub.publisherId), member.channel?.id == channel.id else {
@@ -225,7 +144,7 @@ public actor RoomService {
         throw RoomError.publicationNotFound(pid)
     }
 
-    func stillJoined(_ member: LocalSFURoomMember, _ room: Room) throws {
+    func stillJoined(_ member: LocalSFURoomMember, _ room: Room) throws(RoomError) {
         if member.removed { throw RoomError.memberNotFound(member.id) }
         try stillOpen(room)
     }
@@ -241,7 +160,7 @@ public actor RoomService {
         var event: [String: JSONValue] = ["roomId": .string(room.id), "version": .int(room.version),
                                           "type": .string(type), "data": data]
         if let reason { event["reason"] = .string(reason) }
-        let text = JsonRpc.notification("roomEvent", .object(event)).serialized()
+        let text = Self.notification("roomEvent", .object(event))
         room.log(.object(event), bytes: text.utf8.count, maxCount: configuration.maxEventLog, maxBytes: configuration.maxEventLogBytes)
         var sent = Set<UInt64>()
         for m in room.members { if let c = m.channel, sent.insert(c.id).inserted { outbox.append((c, text)) } }
@@ -254,8 +173,11 @@ public actor RoomService {
         for (channel, text) in items { channel.send(text) }
     }
 
-    func send(_ channel: ClientChannel, _ message: JSONValue) { channel.send(message.serialized()) }
-
+    /// A notification frame (docs/protocol.md: JSON-RPC 2.0 without an id), the form in which
+    /// the core tells connections what happened (`roomEvent`, `offer`, `tokenExpiring`).
+    static func notification(_ method: String, _ params: JSONValue) -> String {
+        JSONValue.object(["jsonrpc": "2.0", "method": .string(method), "params": params]).serialized()
+    }
 
     // MARK: Introspection (admin, tests)
 

@@ -1,5 +1,6 @@
 public import Logging
 public import MinatoRooms
+internal import MinatoSignaling
 internal import MinatoTransport
 internal import Hummingbird
 internal import HummingbirdWebSocket
@@ -167,6 +168,7 @@ public final class MinatoServer: Sendable {
         }
         let channel = ClientChannel(id: id, send: send, close: { code, reason in continuation.yield(.close(code, reason)) })
         let rooms = self.rooms
+        let signaling = SignalingFrontDoor(rooms: rooms)
         logger.debug("signaling connection opened", metadata: ["connection": "\(id)"])
         if let token, let error = await rooms.authenticate(token: token, channel: channel) {
             // A bad token at connect time: say why in the close frame (4001 invalid, 4002 expired).
@@ -201,12 +203,12 @@ public final class MinatoServer: Sendable {
                         case .success(let request):
                             if budget.inFlight.add(1, ordering: .relaxed).newValue > maxInFlight {
                                 budget.inFlight.subtract(1, ordering: .relaxed)
-                                rooms.countRefused(request)
+                                signaling.countRefused(request)
                                 channel.send(request.errorResponse(.limitExceeded(
                                     "This connection has \(maxInFlight) requests in flight; wait for their responses (server.maxInFlightRequests).")))
                             } else {
                                 group.addTask {
-                                    await rooms.handle(request, channel: channel)
+                                    await signaling.handle(request, channel: channel)
                                     budget.inFlight.subtract(1, ordering: .relaxed)
                                 }
                             }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Testing
 @testable import MinatoRooms
+@testable import MinatoSignaling
 
 /// The room service's ownership and limits, driven through JSON-RPC text on in-process
 /// channels (no sockets, no media: none of these methods reaches a worker).
@@ -36,7 +37,7 @@ import Testing
     /// Sends one request and returns its result, or throws the error it got.
     static func call(_ service: RoomService, _ client: Client, _ method: String, _ params: JSONValue) async throws -> JSONValue {
         let text = JSONValue.object(["jsonrpc": "2.0", "id": 1, "method": .string(method), "params": params]).serialized()
-        await service.handle(text: text, channel: client.channel)
+        await SignalingFrontDoor(rooms: service).handle(text: text, channel: client.channel)
         for message in client.inbox.take() where message["id"] != nil {
             if let result = message["result"] { return result }
             if case .object(let e)? = message["error"], let name = e["message"]?.stringValue {
@@ -151,7 +152,11 @@ import Testing
 
     @Test func encodingsAreValidatedAndCapped() throws {
         func check(_ value: JSONValue) -> String? {
-            do { _ = try Params(["encodings": value]).encodings("encodings", max: 4); return nil } catch { return error.name }
+            // Front-door parsing, then the core's checks.
+            do {
+                _ = try Validate.encodings(try Params(["encodings": value]).encodings("encodings"), key: "encodings", max: 4)
+                return nil
+            } catch { return error.name }
         }
         #expect(check([["id": "low", "maxBitrate": 100_000, "scaleResolutionDownBy": 4], ["id": "high"]]) == nil)
         #expect(check(.array(Array(repeating: ["id": "a"], count: 5))) == "limitExceeded")
@@ -161,5 +166,26 @@ import Testing
         #expect(check([["id": "a", "maxBitrate": -1]]) == "invalidParameter")
         #expect(check([["id": "a", "scaleResolutionDownBy": .double(0.5)]]) == "invalidParameter")
         #expect(check(["not an object"]) == "invalidParameter")
+    }
+}
+
+extension RoomSafetyTests {
+    @Test func trickledCandidatesAreCountedOnlyWhenAccepted() async throws {
+        let s = Self.service()
+        let a = Client(id: 1)
+        let r = try await Self.call(s, a, "createRoom", ["name": "r"])
+        let id = try #require(r["room"]?["id"]?.stringValue)
+        let joined = try await Self.call(s, a, "join", ["roomId": .string(id), "name": "m"])
+        let member = try #require(joined["member"]?["id"]?.stringValue)
+        func ice(_ text: String) async -> String? {
+            await Self.errorName {
+                try await Self.call(s, a, "iceCandidate", ["memberId": .string(member), "direction": "send",
+                                                           "candidate": ["candidate": .string(text), "sdpMid": "0", "sdpMLineIndex": 0]])
+            }
+        }
+        #expect(await ice("candidate:" + String(repeating: "x", count: 2000)) == "invalidParameter")
+        #expect(await ice("not a candidate") == "invalidParameter")
+        for i in 0..<64 { #expect(await ice("candidate:\(i) 1 udp 1 127.0.0.1 \(5000 + i) typ host") == nil, "candidate \(i)") }
+        #expect(await ice("candidate:x 1 udp 1 127.0.0.1 6000 typ host") == "limitExceeded")
     }
 }

@@ -505,21 +505,24 @@ def test_candidate_flood(ctx: Ctx):
             assert_error((await pipelined(m.conn, [ice("send", _candidate(1, MAX_CANDIDATE_LINE + 1))]))[0],
                          400, "invalidParameter", what="a 1025-byte candidate")
             # many small ones: 64 held (no transport yet), then limitExceeded naming the key
+            # (requests in flight together may be handled in any order: count the outcomes)
             resps = await pipelined(m.conn, (ice("send", _candidate(i)) for i in range(MAX_REMOTE_CANDIDATES + 36)))
-            for i, r in enumerate(resps[:MAX_REMOTE_CANDIDATES]):
-                assert_result(r, f"small candidate {i}")
-            for r in resps[MAX_REMOTE_CANDIDATES:]:
-                assert_error(r, 429, "limitExceeded", detail_has="media.maxRemoteCandidates",
-                             what=f"candidate {MAX_REMOTE_CANDIDATES + 1}+")
+            accepted = [r for r in resps if "result" in r]
+            assert len(accepted) == MAX_REMOTE_CANDIDATES, f"{len(accepted)} of {len(resps)} small candidates accepted"
+            for r in resps:
+                if "result" not in r:
+                    assert_error(r, 429, "limitExceeded", detail_has="media.maxRemoteCandidates",
+                                 what=f"candidate {MAX_REMOTE_CANDIDATES + 1}+")
             # bytes held before the transport exists: 16 x 1000 bytes fit in 16384, the 17th does not
             per = 1000
             fits = MAX_PENDING_CANDIDATE_BYTES // per
             resps = await pipelined(m.conn, (ice("recv", _candidate(i, per)) for i in range(fits + 4)))
-            for i, r in enumerate(resps[:fits]):
-                assert_result(r, f"{per}-byte recv candidate {i}")
-            for r in resps[fits:]:
-                assert_error(r, 429, "limitExceeded", detail_has="media.maxPendingCandidateBytes",
-                             what=f"{per}-byte recv candidate over {MAX_PENDING_CANDIDATE_BYTES} bytes")
+            accepted = [r for r in resps if "result" in r]
+            assert len(accepted) == fits, f"{len(accepted)} of {len(resps)} {per}-byte recv candidates accepted"
+            for r in resps:
+                if "result" not in r:
+                    assert_error(r, 429, "limitExceeded", detail_has="media.maxPendingCandidateBytes",
+                                 what=f"{per}-byte recv candidate over {MAX_PENDING_CANDIDATE_BYTES} bytes")
             room = await room_of(m.conn, ctx.room_id)      # still served, still a member
             assert m.id in [x["id"] for x in room["members"]]
             await m.leave()

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MinatoRooms
+import MinatoSignaling
 import MinatoTransport
 
 /// JSON-RPC requests of every method against a real RoomService with one real media worker.
@@ -44,6 +45,7 @@ actor Harness {
         var logger = Logger(label: "fuzz")
         logger.logLevel = .critical
         let service = RoomService(configuration: RoomConfiguration(), workers: [worker], logger: logger)
+        let signaling = SignalingFrontDoor(rooms: service)
         let collector = Collector()
         let first = ClientChannel(id: 1) { collector.add($0) }
         let second = ClientChannel(id: 2) { collector.add($0) }
@@ -53,7 +55,7 @@ actor Harness {
             let request = String(onSecond ? frame.dropFirst(3) : frame[...])
                 .replacingOccurrences(of: "$room", with: roomId).replacingOccurrences(of: "$member", with: memberId)
                 .replacingOccurrences(of: "$secret", with: secret)
-            await service.handle(text: request, channel: onSecond ? second : first)
+            await signaling.handle(text: request, channel: onSecond ? second : first)
             var responses = 0
             for message in collector.take() {
                 guard let obj = (try? JSONSerialization.jsonObject(with: Data(message.utf8))) as? [String: Any] else {

@@ -1,3 +1,5 @@
+public import MinatoRooms
+
 /// One parsed JSON-RPC 2.0 request (PROTOCOL.md "Transport"). Parsing happens on the caller's
 /// task (the connection's), never on the room actor, so a large or malformed frame costs the
 /// connection that sent it.
@@ -44,7 +46,4 @@ public struct JsonRpcRejection: Error, Sendable {
 enum JsonRpc {
     static func response(id: JSONValue, result: JSONValue) -> JSONValue { ["jsonrpc": "2.0", "id": id, "result": result] }
     static func response(id: JSONValue, error: RoomError) -> JSONValue { ["jsonrpc": "2.0", "id": id, "error": error.json] }
-    static func notification(_ method: String, _ params: JSONValue) -> JSONValue {
-        ["jsonrpc": "2.0", "method": .string(method), "params": params]
-    }
 }

@@ -1,0 +1,220 @@
+internal import Foundation
+internal import MinatoMedia
+internal import MinatoTransport
+internal import MinatoWire
+
+/// The send connection (the client offers, the server answers): publish, negotiate, the
+/// publication methods, and what both connections share (their transports, trickled
+/// candidates, worker calls).
+extension RoomService {
+    public func publish(_ r: PublishRequest, from channel: ClientChannel) async throws -> PublishResult {
+        let (room, member) = try joinedMember(r.memberId, channel: channel)
+        let contentType = r.contentType, mid = r.mid
+        guard contentType == "audio" || contentType == "video" else {
+            throw RoomError.invalidParameter("contentType must be \"audio\" or \"video\".")
+        }
+        let metadata = try Validate.metadata(r.metadata, key: "metadata") ?? ""
+        var cap = configuration.maxSubscribersCap
+        if let limit = tokenSubscriberLimit(channel: channel, room: room) { cap = min(cap, limit) }
+        let maxSubscribers = r.maxSubscribers ?? min(configuration.defaultMaxSubscribers, cap)
+        guard (1...max(1, cap)).contains(maxSubscribers) else {
+            throw RoomError.invalidParameter("maxSubscribers must be 1...\(cap) (the server's cap and the token's sfu.maxSubscribersLimit).")
+        }
+        let encodings = try Validate.encodings(r.encodings, key: "encodings", max: configuration.maxEncodings)
+        let sd = try SdpNegotiation.parse(r.offer)
+        guard let m = sd.media.first(where: { $0.mid == mid }) else {
+            throw RoomError.invalidParameter("The offer has no m-line with mid '\(mid.prefix(64))'.")
+        }
+        guard m.kind == contentType else {
+            throw RoomError.invalidParameter("m-line '\(mid)' is \(m.kind.prefix(32)), not \(contentType).")
+        }
+        guard m.port != 0, m.direction == .sendonly || m.direction == .sendrecv else {
+            throw RoomError.invalidParameter("m-line '\(mid)' must be sendonly (or sendrecv) to publish.")
+        }
+        if room.publications.contains(where: { $0.publisherId == member.id && $0.stream.mid == mid }) {
+            throw RoomError.invalidParameter("m-line '\(mid)' is published already; unpublish it first.")
+        }
+        guard room.publications.filter({ $0.publisherId == member.id }).count < configuration.maxPublicationsPerMember else {
+            throw RoomError.limitExceeded("A member may have at most \(configuration.maxPublicationsPerMember) publications (rooms.maxPublicationsPerMember).")
+        }
+        let stream = try SdpNegotiation.publishedStream(m)
+        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let local = try await transport(.send, of: member, in: room)
+        try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
+        try stillJoined(member, room)
+        member.sendVersion += 1
+        let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
+        let tid = local.id
+        let kind: MediaKind = contentType == "audio" ? .audio : .video
+        let producer = try await onWorker(room) { core in
+            try core.addProducer(on: tid) { index in
+                ProducerParameters(transport: index, kind: kind, ssrc: stream.ssrc, rtxSsrc: stream.rtxSsrc,
+                                   payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
+                                   codec: stream.codec.videoCodec, keyFrameRequest: stream.codec.keyFrameRequest,
+                                   paused: !r.isEnabled)
+            }
+        }
+        guard !member.removed, rooms.contains(where: { $0 === room }) else {
+            workers[room.worker].post { $0.removeProducer(producer) }
+            throw RoomError.memberNotFound(member.id)
+        }
+        let pub = RoomPublication(id: UUID().uuidString.lowercased(), publisherId: member.id, contentType: contentType,
+                                  metadata: metadata, enabled: r.isEnabled, stream: stream, maxSubscribers: maxSubscribers,
+                                  encodings: encodings.map(\.json))
+        pub.producer = producer
+        room.publications.append(pub)
+        emit(room, "streamPublished", ["publication": pub.json])
+        return PublishResult(publication: pub.json, answer: .init(type: "answer", sdp: answer))
+    }
+
+    /// Renegotiates the send connection without publishing (after an unpublish, say).
+    public func negotiate(memberId: String, offer: String, from channel: ClientChannel) async throws -> SessionDescriptionText {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        let sd = try SdpNegotiation.parse(offer)
+        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let local = try await transport(.send, of: member, in: room)
+        try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
+        try stillJoined(member, room)
+        member.sendVersion += 1
+        let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
+        return .init(type: "answer", sdp: answer)
+    }
+
+    public func unpublish(publicationId: String, from channel: ClientChannel) throws {
+        let (room, pub) = try ownPublication(publicationId, channel: channel)
+        unpublish(pub, in: room)
+    }
+
+    public func setPublicationEnabled(publicationId: String, _ enabled: Bool, from channel: ClientChannel) throws {
+        let (room, pub) = try ownPublication(publicationId, channel: channel)
+        setEnabled(pub, enabled, in: room)
+    }
+
+    public func updatePublicationMetadata(publicationId: String, metadata: String, from channel: ClientChannel) throws {
+        let (room, pub) = try ownPublication(publicationId, channel: channel)
+        pub.metadata = try Validate.metadata(metadata, key: "metadata") ?? ""
+        emit(room, "publicationMetadataUpdated", ["publication": pub.json])
+    }
+
+    /// Enables (forwarding resumes with a keyframe request) or disables (forwarding stops) a publication.
+    func setEnabled(_ pub: RoomPublication, _ enable: Bool, in room: Room) {
+        guard pub.enabled != enable else { return }
+        pub.enabled = enable
+        if let p = pub.producer { workers[room.worker].post { $0.setPaused(p, !enable) } }
+        emit(room, enable ? "publicationEnabled" : "publicationDisabled", ["publication": pub.json])
+    }
+
+    /// Ends a publication: subscriptions end (events), `streamUnpublished`, new offers to subscribers.
+    func unpublish(_ pub: RoomPublication, in room: Room) {
+        for sub in room.subscriptions where sub.publicationId == pub.id { endSubscription(sub, in: room, offerToSubscriber: true) }
+        if let producer = pub.producer { workers[room.worker].post { $0.removeProducer(producer) } }
+        room.publications.removeAll { $0 === pub }
+        emit(room, "streamUnpublished", ["publication": pub.json])
+    }
+
+    // MARK: Trickled candidates
+
+    /// A candidate the client trickled for one of its connections (nil = end of candidates):
+    /// held until the client's description has been applied, then handed to the transport.
+    public func addIceCandidate(memberId: String, direction: ConnectionDirection, candidate: String?,
+                                from channel: ClientChannel) async throws {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        let candidate = try Validate.candidate(candidate)
+        let max = configuration.maxRemoteCandidates, held = configuration.maxPendingCandidateBytes
+        let action = try member.mutateTransport(direction) { t throws(RoomError) in try t.trickle(candidate, maxCount: max, maxHeldBytes: held) }
+        guard case .apply(let d, let c) = action else { return }
+        let id = d.id
+        try await onWorker(room) { core in try core.addRemoteCandidate(id, c) }
+    }
+
+    // MARK: Transports
+
+    /// The member's transport for `direction`, created on first use. A request that needs it
+    /// while another creates it waits to be resumed by that creation.
+    func transport(_ direction: ConnectionDirection, of member: LocalSFURoomMember, in room: Room) async throws -> TransportDescription {
+        while true {
+            let token = newWaiterToken()
+            switch member.mutateTransport(direction, { $0.need(token) }) {
+            case .ready(let d):
+                return d
+            case .wait:
+                guard await wait(token, on: member) else { throw RoomError.memberNotFound(member.id) }
+                try stillJoined(member, room)
+            case .create:
+                do {
+                    let d = try await createTransport(for: member, in: room)
+                    for t in member.mutateTransport(direction, { $0.created(d) }) { member.resume(t, true) }
+                    return d
+                } catch {
+                    for t in member.mutateTransport(direction, { $0.failed() }) { member.resume(t, true) }
+                    throw error
+                }
+            }
+        }
+    }
+
+    private func createTransport(for member: LocalSFURoomMember, in room: Room) async throws -> TransportDescription {
+        guard transportOwners.count + transportsBeingCreated < configuration.maxTransports else {
+            throw RoomError.limitExceeded("The server has its maximum of \(configuration.maxTransports) media transports (media.maxTransports).")
+        }
+        transportsBeingCreated += 1
+        defer { transportsBeingCreated -= 1 }
+        let id = TransportId(nextTransportId)
+        nextTransportId &+= 1
+        let router = room.router
+        let description = try await onWorker(room) { core in try core.createTransport(id: id, router: router) }
+        if member.removed || !rooms.contains(where: { $0 === room }) {
+            workers[room.worker].post { $0.closeTransport(id) }
+            throw RoomError.memberNotFound(member.id)
+        }
+        transportOwners[id] = (room.id, member.id)
+        return description
+    }
+
+    /// Applies the client's ICE/DTLS parameters, with the candidates held so far, the first time only.
+    func applyRemoteOnce(_ remote: RemoteTransportParameters, _ direction: ConnectionDirection,
+                         of member: LocalSFURoomMember, in room: Room, transport id: TransportId) async throws {
+        guard let held = member.mutateTransport(direction, { $0.applyRemote() }) else { return }
+        var remote = remote
+        for c in held {
+            if let c { remote.candidates.append(c) } else { remote.endOfCandidates = true }
+        }
+        let r = remote
+        try await onWorker(room) { core in try core.setRemote(id, r) }
+    }
+
+    /// Runs `body` on the room's media worker; its failures become `RoomError`s with sentences
+    /// (the details go to the log).
+    func onWorker<T: Sendable>(_ room: Room, _ body: @escaping @Sendable (WorkerCore) throws -> T) async throws(RoomError) -> T {
+        do {
+            return try await workers[room.worker].perform(body)
+        } catch let e as RoomError {
+            throw e
+        } catch WorkerError.media(.ssrcInUse(let ssrc)) {
+            throw RoomError.invalidParameter("SSRC \(ssrc) is already published on this connection; each stream needs its own.")
+        } catch {
+            logger.error("media worker refused a change", metadata: ["room": "\(room.id)", "error": "\(error)"])
+            throw RoomError.internalError("The media worker could not make this change (no free UDP port, or a bad transport state); try again.")
+        }
+    }
+
+    /// Suspends the calling request until `member.resume(token, …)`; true = go on, false = the member is gone.
+    func wait(_ token: WaiterToken, on member: LocalSFURoomMember) async -> Bool {
+        if member.removed { return false }
+        return await withCheckedContinuation { member.waiters[token] = $0 }
+    }
+
+    func newWaiterToken() -> WaiterToken {
+        nextWaiterToken &+= 1
+        return nextWaiterToken
+    }
+}
+
+extension LocalSFURoomMember {
+    func mutateTransport<R, E: Error>(_ direction: ConnectionDirection, _ body: (inout PeerTransport) throws(E) -> R) throws(E) -> R {
+        switch direction {
+        case .send: return try body(&send)
+        case .recv: return try body(&recv)
+        }
+    }
+}

@@ -1,0 +1,175 @@
+internal import Foundation
+internal import MinatoMedia
+internal import MinatoTransport
+internal import MinatoWire
+
+/// The receive connection (the server offers, the client answers): subscribe, unsubscribe,
+/// answer, and the offers the server sends on its own, all through the member's
+/// `ReceiveNegotiation` (Negotiation.swift), which serialises offers and says what to do.
+extension RoomService {
+    public func subscribe(_ r: SubscribeRequest, from channel: ClientChannel) async throws -> SubscribeResult {
+        let (room, member) = try joinedMember(r.memberId, channel: channel)
+        let pid = r.publicationId
+        try Validate.preferredEncoding(r.preferredEncodingId, of: room.publication(pid))
+        func check() throws -> RoomPublication {
+            guard let pub = room.publication(pid) else { throw RoomError.publicationNotFound(pid) }
+            if pub.publisherId == member.id { throw RoomError.cannotSubscribeOwnPublication() }
+            if room.subscriptions.contains(where: { $0.publicationId == pid && $0.subscriberId == member.id }) {
+                throw RoomError.subscriptionAlreadyExists(pid)
+            }
+            let count = room.subscriptions.filter { $0.publicationId == pid }.count
+            if count >= pub.maxSubscribers { throw RoomError.maxSubscribersExceeded(pub.maxSubscribers) }
+            if room.subscriptions.filter({ $0.subscriberId == member.id }).count >= configuration.maxSubscriptionsPerMember {
+                throw RoomError.limitExceeded("A member may have at most \(configuration.maxSubscriptionsPerMember) subscriptions (rooms.maxSubscriptionsPerMember).")
+            }
+            return pub
+        }
+        _ = try check()
+        let local = try await transport(.recv, of: member, in: room)
+        let token = try await takeReceiveTurn(member, room)
+        do {
+            try stillJoined(member, room)
+            let pub = try check()
+            let mid = String(member.nextMid)
+            member.nextMid += 1
+            let ssrc = UInt32.random(in: 1...UInt32.max)
+            let sub = RoomSubscription(id: UUID().uuidString.lowercased(), publicationId: pub.id, subscriberId: member.id,
+                                       contentType: pub.contentType, mid: mid, ssrc: ssrc, preferredEncodingId: r.preferredEncodingId)
+            member.recvSlots.append(ReceiveSlot(mid: mid, kind: pub.contentType, codec: pub.stream.codec, subscriptionId: sub.id,
+                                                ssrc: ssrc, streamId: pub.publisherId, trackId: pub.id,
+                                                cname: "minato-\(pub.publisherId.prefix(8))"))
+            room.subscriptions.append(sub)
+            let offer = makeReceiveOffer(member, local: local, by: token)
+            emit(room, "publicationSubscribed", ["subscription": sub.json])
+            return SubscribeResult(subscription: sub.json, mid: mid, offer: offer)
+        } catch {
+            perform(member.receive.release(token, connected: member.channel != nil), for: member)
+            throw error
+        }
+    }
+
+    /// Ends the subscription and returns the receive connection's new offer without it.
+    public func unsubscribe(subscriptionId sid: String, from channel: ClientChannel) async throws -> SessionDescriptionText? {
+        let (room, member, sub) = try ownSubscription(sid, channel: channel)
+        let token = try await takeReceiveTurn(member, room)
+        do {
+            try stillJoined(member, room)
+            guard room.subscription(sid) != nil else { throw RoomError.subscriptionNotFound(sid) }
+            endSubscription(sub, in: room, offerToSubscriber: false)
+            guard let local = member.recv.description else {
+                perform(member.receive.release(token, connected: member.channel != nil), for: member)
+                return nil
+            }
+            return makeReceiveOffer(member, local: local, by: token)
+        } catch {
+            perform(member.receive.release(token, connected: member.channel != nil), for: member)
+            throw error
+        }
+    }
+
+    public func changePreferredEncoding(subscriptionId sid: String, preferredEncodingId: String, from channel: ClientChannel) throws {
+        let (room, _, sub) = try ownSubscription(sid, channel: channel)
+        try Validate.preferredEncoding(preferredEncodingId, of: room.publication(sub.publicationId))
+        sub.preferredEncodingId = preferredEncodingId
+    }
+
+    /// The client's answer to the outstanding server offer: the streams it accepted start
+    /// flowing, and the next waiting request (or an owed offer) goes on.
+    public func answer(memberId: String, answer sdp: String, from channel: ClientChannel) async throws {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        let sd = try SdpNegotiation.parse(sdp)
+        guard member.receive.offerOutstanding, let local = member.recv.description else {
+            throw RoomError.invalidParameter("No server offer is waiting for an answer from this member.")
+        }
+        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        // The offer that was answered carried exactly these subscriptions (later ones wait for their own answer).
+        let accepted = room.subscriptions.filter { $0.subscriberId == member.id && $0.consumer == nil }
+        perform(try member.receive.answered(connected: member.channel != nil), for: member)
+        try await applyRemoteOnce(remote, .recv, of: member, in: room, transport: local.id)
+        try stillJoined(member, room)
+        let tid = local.id
+        for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil {
+            guard let pub = room.publication(sub.publicationId), let producer = pub.producer else { continue }
+            var ids = ExtensionIdMap()
+            for (publisherId, subscriberId) in pub.stream.extensionIds { ids[publisherId] = subscriberId }
+            let map = ids
+            let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
+            let consumer = try await onWorker(room) { core in
+                try core.addConsumer(on: tid) { index in
+                    ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map)
+                }
+            }
+            if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }
+        }
+    }
+
+    func endSubscription(_ sub: RoomSubscription, in room: Room, offerToSubscriber: Bool) {
+        if let c = sub.consumer { workers[room.worker].post { $0.removeConsumer(c) } }
+        room.subscriptions.removeAll { $0 === sub }
+        emit(room, "publicationUnsubscribed", ["subscription": sub.json])
+        guard let member = room.member(sub.subscriberId) else { return }
+        if let i = member.recvSlots.firstIndex(where: { $0.subscriptionId == sub.id }) { member.recvSlots[i].subscriptionId = nil }
+        if offerToSubscriber && !member.removed { perform(member.receive.serverChanged(connected: member.channel != nil), for: member) }
+    }
+
+    // MARK: Offers
+
+    /// How long the client has to answer a server offer before the next one may go out anyway.
+    static let offerAnswerWait = Duration.seconds(10)
+
+    /// Waits until this request may make the receive connection's next offer.
+    func takeReceiveTurn(_ member: LocalSFURoomMember, _ room: Room) async throws -> WaiterToken {
+        let token = newWaiterToken()
+        switch member.receive.acquire(token) {
+        case .proceed: return token
+        case .closed: throw RoomError.memberNotFound(member.id)
+        case .wait:
+            guard await wait(token, on: member) else { throw RoomError.memberNotFound(member.id) }
+            return token
+        }
+    }
+
+    /// Builds the receive connection's current offer and records it as sent (by `holder`, or by
+    /// the service itself for a notification), with its answer deadline armed.
+    func makeReceiveOffer(_ member: LocalSFURoomMember, local: TransportDescription, by holder: WaiterToken?) -> SessionDescriptionText {
+        member.recvVersion += 1
+        let sdp = SdpNegotiation.receiveOffer(slots: member.recvSlots, local: local, version: member.recvVersion,
+                                              sessionId: member.sessionId)
+        let deadline = clock.now + Self.offerAnswerWait
+        member.receive.offerSent(by: holder, deadline: deadline)
+        let memberId = member.id
+        Task { [weak self] in
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            await self?.offerDeadlinePassed(memberId: memberId)
+        }
+        return .init(type: "offer", sdp: sdp)
+    }
+
+    func offerDeadlinePassed(memberId: String) {
+        guard let (_, member) = findMember(memberId) else { return }
+        perform(member.receive.timedOut(now: clock.now, connected: member.channel != nil), for: member)
+        flushOutbox()
+    }
+
+    /// Carries out what the receive negotiation asked for.
+    func perform(_ actions: [ReceiveNegotiation<ContinuousClock.Instant>.Action], for member: LocalSFURoomMember) {
+        for action in actions {
+            switch action {
+            case .proceed(let token): member.resume(token, true)
+            case .fail(let token): member.resume(token, false)
+            case .sendOffer: sendServerOffer(member)
+            }
+        }
+    }
+
+    /// An offer the server makes on its own, sent as the notification `offer`.
+    private func sendServerOffer(_ member: LocalSFURoomMember) {
+        guard let local = member.recv.description else { return }
+        guard let channel = member.channel else {
+            perform(member.receive.serverChanged(connected: false), for: member)
+            return
+        }
+        let offer = makeReceiveOffer(member, local: local, by: nil)
+        outbox.append((channel, Self.notification("offer", ["memberId": .string(member.id), "offer": offer.json])))
+    }
+}
