@@ -1,0 +1,181 @@
+// Minato browser SDK: MinatoContext, the connection to a server (entry point: minato.js).
+// Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
+
+import { MinatoError, MinatoEvent, defaultUrl } from './core.js';
+import { SFURoom } from './room.js';
+import { Signaling } from './signaling.js';
+
+// ---------------------------------------------------------------------------------------------
+// Context
+
+/**
+ * The connection to a Minato server (SkyWay's SkyWayContext).
+ */
+export class MinatoContext {
+  /**
+   * Connects to the server.
+   * @param {{token?: string, url?: string, requestTimeoutMs?: number, reconnect?: boolean,
+   *   reconnectDelayMs?: number, maxReconnectDelayMs?: number, leaveOnPageHide?: boolean,
+   *   iceServers?: RTCIceServer[], debug?: boolean}} [options]
+   *   `url` defaults to this page's origin + `/ws`; `token` is sent as `?token=`.
+   * @returns {Promise<MinatoContext>}
+   */
+  static async create(options = {}) {
+    const ctx = new MinatoContext(options);
+    await ctx._signaling.connect();
+    ctx._signaling._setState('connected');
+    return ctx;
+  }
+
+  /** @param {any} options @private */
+  constructor(options) {
+    let url = options.url || defaultUrl();
+    if (options.token) url += (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(options.token);
+    /** @type {string} */
+    this.url = url;
+    this.options = {
+      requestTimeoutMs: options.requestTimeoutMs ?? 20000,
+      reconnect: options.reconnect ?? true,
+      reconnectDelayMs: options.reconnectDelayMs ?? 300,
+      maxReconnectDelayMs: options.maxReconnectDelayMs ?? 5000,
+      leaveOnPageHide: options.leaveOnPageHide ?? true,
+      iceServers: options.iceServers ?? [],
+      debug: !!options.debug,
+    };
+    const log = this.options.debug ? (...a) => console.debug('[minato]', ...a) : () => {};
+    this._log = log;
+    this._signaling = new Signaling(url, { ...this.options, log });
+    /** @type {Map<string, SFURoom>} */
+    this._rooms = new Map();
+    /** @type {Map<string, LocalSFURoomMember>} */
+    this._localMembers = new Map();
+    this.disposed = false;
+    /** Fires with the connection state: 'connected' | 'reconnecting' | 'closed'. @type {MinatoEvent<ConnectionState>} */
+    this.onConnectionStateChanged = new MinatoEvent();
+    /** Fires after a reconnect once members and rooms are resynchronised. @type {MinatoEvent<void>} */
+    this.onReconnected = new MinatoEvent();
+    /** Fires on errors that no call returned (a failed resync, a failed server offer). @type {MinatoEvent<MinatoError>} */
+    this.onFatalError = new MinatoEvent();
+    /** How many room events were recovered by replay after reconnects (diagnostics). */
+    this.replayedEvents = 0;
+
+    this._signaling.onNotification = (method, params) => this._onNotification(method, params);
+    this._signaling.onStateChanged = (s) => this.onConnectionStateChanged.emit(s);
+    this._signaling.onReconnected = () => this._resync();
+    this._onPageHide = () => this._leaveAllNow();
+    if (this.options.leaveOnPageHide && typeof window !== 'undefined') {
+      window.addEventListener('pagehide', this._onPageHide);
+    }
+  }
+
+  /** @returns {ConnectionState} */
+  get connectionState() { return this._signaling.state; }
+
+  /**
+   * Lists the rooms on the server.
+   * @returns {Promise<RoomSummary[]>}
+   */
+  async listRooms() {
+    const r = await this._request('listRooms', {});
+    return r.rooms || [];
+  }
+
+  /**
+   * Sends a raw protocol request (for methods the SDK does not wrap).
+   * @param {string} method @param {object} [params] @param {{timeoutMs?: number}} [opts]
+   * @returns {Promise<any>}
+   */
+  request(method, params = {}, opts = {}) { return this._request(method, params, opts); }
+
+  _request(method, params, opts) {
+    if (this.disposed) return Promise.reject(new MinatoError('disposed', 'the context was disposed', { method }));
+    return this._signaling.request(method, params, opts);
+  }
+
+  /**
+   * Leaves every joined member (without waiting), closes all connections and the WebSocket.
+   */
+  dispose() {
+    if (this.disposed) return;
+    this._leaveAllNow();
+    this.disposed = true;
+    if (typeof window !== 'undefined') window.removeEventListener('pagehide', this._onPageHide);
+    for (const m of [...this._localMembers.values()]) m._teardown('left');
+    this._signaling.close();
+    for (const room of this._rooms.values()) room._disposeLocal();
+    this._rooms.clear();
+  }
+
+  /** Writes `leave` for every joined member without waiting (pagehide, dispose). */
+  _leaveAllNow() {
+    for (const m of this._localMembers.values()) {
+      if (!m._left) this._signaling.fire('leave', { memberId: m.id });
+    }
+  }
+
+  /** @param {RoomJSON} json @returns {Promise<SFURoom>} */
+  async _adoptRoom(json) {
+    let room = this._rooms.get(json.id);
+    if (room) return room;
+    room = new SFURoom(this, json);
+    this._rooms.set(json.id, room);
+    try {
+      await room._startEvents();
+    } catch (e) {
+      this._rooms.delete(json.id);
+      throw e;
+    }
+    return room;
+  }
+
+  _onNotification(method, params) {
+    if (method === 'roomEvent') {
+      const room = this._rooms.get(params.roomId);
+      if (room) room._onLiveEvent(params);
+    } else if (method === 'offer') {
+      const m = this._localMembers.get(params.memberId);
+      if (m) m._onServerOffer(params.offer, 'notification');
+      else this._log('offer for unknown member', params.memberId);
+    } else {
+      this._log('unknown notification', method, params);
+    }
+  }
+
+  /**
+   * After a reconnect: take each member over (`keepalive` with its reconnectSecret), then replay
+   * each room's missed events.
+   */
+  async _resync() {
+    for (const m of [...this._localMembers.values()]) {
+      if (m._left) continue;
+      try {
+        await this._signaling.request('keepalive', m._keepaliveParams(), { immediate: true });
+      } catch (e) {
+        if (e instanceof MinatoError && (e.name === 'memberNotFound' || e.name === 'notJoined')) {
+          m._lostReason = 'keepaliveExpired';
+        } else if (e instanceof MinatoError && e.name === 'insufficientPermissions') {
+          // The server refused the takeover (the secret did not match, or the token's member
+          // rule no longer matches): this page cannot act as the member any more.
+          m._lostReason = 'takeoverRefused';
+        } else {
+          throw e;
+        }
+      }
+    }
+    for (const room of [...this._rooms.values()]) {
+      await room._replay();
+    }
+    // Members the server no longer knows and whose memberLeft the replay did not show.
+    for (const m of [...this._localMembers.values()]) {
+      if (m._left || !m._lostReason) continue;
+      if (m._lostReason === 'takeoverRefused') {
+        // Still in the room on the server (until its keepalive gap ends and memberLeft comes),
+        // but no longer this page's: stop acting as it, keep it in the member list.
+        m._teardown(m._lostReason);
+      } else {
+        m.room._removeMemberLocally(m.id, m._lostReason);
+      }
+    }
+    this.onReconnected.emit(undefined);
+  }
+}

@@ -1,0 +1,383 @@
+// Minato browser SDK: room members, and the local member's two peer connections (entry point: minato.js).
+// Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
+
+import { MinatoError, MinatoEvent, SerialQueue, mediaError } from './core.js';
+import { LocalStream, RemoteStream } from './stream.js';
+
+// ---------------------------------------------------------------------------------------------
+// Members
+
+/** A member of a room, local or remote. */
+export class RoomMember {
+  /** @param {SFURoom} room @param {MemberJSON} json */
+  constructor(room, json) {
+    this.room = room;
+    /** @type {string} */
+    this.id = json.id;
+    /** @type {string|null} */
+    this.name = json.name ?? null;
+    /** @type {string} */
+    this.metadata = json.metadata ?? '';
+    /** @type {'person'|'bot'} */
+    this.type = json.type ?? 'person';
+    /** @type {'local'|'remote'} */
+    this.side = 'remote';
+    /** @type {'joined'|'left'} */
+    this.state = 'joined';
+  }
+
+  /** @param {MemberJSON} json */
+  _update(json) {
+    if (!json) return;
+    if (json.name !== undefined) this.name = json.name;
+    if (json.metadata !== undefined) this.metadata = json.metadata;
+    if (json.type !== undefined) this.type = json.type;
+  }
+
+  /** This member's publications. @type {RoomPublication[]} */
+  get publications() { return this.room.publications.filter((p) => p.publisherId === this.id); }
+  /** This member's subscriptions. @type {RoomSubscription[]} */
+  get subscriptions() { return this.room.subscriptions.filter((s) => s.subscriberId === this.id); }
+}
+
+/** Another member of the room. */
+export class RemoteRoomMember extends RoomMember {}
+
+/**
+ * The member this page joined as (SkyWay's LocalSFURoomMember).
+ */
+export class LocalSFURoomMember extends RoomMember {
+  /**
+   * The join result's `reconnectSecret`: a new socket can take this member over only with it.
+   * A private field, so it is neither enumerable nor serialised, and the SDK never logs it.
+   * @type {string|undefined}
+   */
+  #reconnectSecret;
+
+  /**
+   * @param {SFURoom} room @param {MemberJSON} json
+   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string}} opts
+   */
+  constructor(room, json, opts) {
+    super(room, json);
+    this.#reconnectSecret = typeof opts.reconnectSecret === 'string' ? opts.reconnectSecret : undefined;
+    this.side = 'local';
+    this.context = room.context;
+    this._keepaliveIntervalSec = opts.keepaliveIntervalSec;
+    this._left = false;
+    this._lostReason = null;
+    /** @type {RTCPeerConnection|null} */
+    this._sendPc = null;
+    /** @type {RTCPeerConnection|null} */
+    this._recvPc = null;
+    this._sendQueue = new SerialQueue();
+    this._recvQueue = new SerialQueue();
+    this._keepaliveTimer = null;
+    this._endOfCandidatesSent = { send: false, recv: false };
+    /** @type {Map<string, {transceiver: RTCRtpTransceiver, stream: LocalStream}>} publication id → sender */
+    this._senders = new Map();
+    /** @type {Map<string, RemoteStream>} subscription id → stream */
+    this._streams = new Map();
+    /** The number of server offers this member answered. */
+    this.answeredOffers = 0;
+    /** Fires once when this member is no longer in the room; `reason` is the server's
+     * (`left`, `replaced`, `keepaliveExpired`, `transportClosed`, `kicked`, `roomClosed`), or the
+     * SDK's `takeoverRefused` (after a reconnect the server refused `keepalive` with
+     * `insufficientPermissions`). @type {MinatoEvent<{reason: string}>} */
+    this.onLeft = new MinatoEvent();
+    /** Fires when the member is lost for a reason other than its own leave or the room's close,
+     * or a negotiation with the server fails. @type {MinatoEvent<MinatoError>} */
+    this.onFatalError = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication}>} */
+    this.onPublicationListChanged = new MinatoEvent();
+    /** @type {MinatoEvent<{subscription: RoomSubscription}>} */
+    this.onSubscriptionListChanged = new MinatoEvent();
+  }
+
+  /** The send RTCPeerConnection (null before the first publish). */
+  get sendConnection() { return this._sendPc; }
+  /** The receive RTCPeerConnection (null before the first subscribe). */
+  get receiveConnection() { return this._recvPc; }
+
+  _checkJoined(method) {
+    if (this._left) throw new MinatoError('notJoined', 'this member has left the room', { method });
+  }
+
+  /** The params of `keepalive`: the member id and, when the server gave one, its reconnectSecret. */
+  _keepaliveParams() {
+    const params = { memberId: this.id };
+    if (this.#reconnectSecret !== undefined) params.reconnectSecret = this.#reconnectSecret;
+    return params;
+  }
+
+  _startKeepalive() {
+    const periodMs = Math.max(1000, Math.min(this._keepaliveIntervalSec * 1000 / 3, 10000));
+    this._keepaliveTimer = setInterval(async () => {
+      if (this._left || !this.context._signaling.isOpen) return;
+      try {
+        await this.context._request('keepalive', this._keepaliveParams(), { timeoutMs: periodMs * 2 });
+      } catch (e) {
+        if (e instanceof MinatoError && e.name === 'memberNotFound' && !this._left) {
+          this.room._removeMemberLocally(this.id, 'keepaliveExpired');
+        }
+      }
+    }, periodMs);
+  }
+
+  /** @param {string} metadata */
+  async updateMetadata(metadata) {
+    this._checkJoined('updateMemberMetadata');
+    await this.context._request('updateMemberMetadata', { memberId: this.id, metadata });
+  }
+
+  /** Leaves the room; publications end and subscriptions stop. */
+  async leave() {
+    if (this._left) return;
+    try {
+      await this.context._request('leave', { memberId: this.id });
+    } finally {
+      if (!this._left) this.room._removeMemberLocally(this.id, 'left');
+    }
+  }
+
+  /**
+   * Closes the peer connections and stops the timers (no request is sent).
+   * @param {string} reason
+   */
+  _teardown(reason) {
+    if (this._left) return;
+    this._left = true;
+    this.state = 'left';
+    clearInterval(this._keepaliveTimer);
+    this._keepaliveTimer = null;
+    for (const pc of [this._sendPc, this._recvPc]) {
+      if (pc) { try { pc.close(); } catch (e) { /* closed */ } }
+    }
+    for (const s of this._streams.values()) s._ended();
+    this.context._localMembers.delete(this.id);
+    this.onLeft.emit({ reason });
+    if (!['left', 'roomClosed'].includes(reason)) {
+      this.onFatalError.emit(new MinatoError(reason, `member ${this.name ?? this.id} was removed from the room (${reason})`));
+    }
+  }
+
+  // ---- peer connections ---------------------------------------------------------------------
+
+  /** @param {'send'|'recv'} direction */
+  _newPc(direction) {
+    const pc = new RTCPeerConnection({
+      iceServers: this.context.options.iceServers,
+      bundlePolicy: 'max-bundle',
+      rtcpMuxPolicy: 'require',
+    });
+    pc.addEventListener('icecandidate', (ev) => this._sendCandidate(direction, ev.candidate));
+    pc.addEventListener('connectionstatechange', () => {
+      this.context._log(direction, 'connection', pc.connectionState);
+      if (pc.connectionState === 'failed' && !this._left) {
+        this.onFatalError.emit(new MinatoError('mediaError', `the ${direction} connection failed (ICE/DTLS)`));
+      }
+    });
+    return pc;
+  }
+
+  /**
+   * Trickles one local candidate (`null` or an empty string: end of candidates).
+   * @param {'send'|'recv'} direction @param {RTCIceCandidate|null} c
+   */
+  _sendCandidate(direction, c) {
+    if (this._left) return;
+    let candidate;
+    if (!c || !c.candidate) {
+      if (this._endOfCandidatesSent[direction]) return;
+      this._endOfCandidatesSent[direction] = true;
+      candidate = { candidate: '', sdpMid: c ? c.sdpMid : null, sdpMLineIndex: c ? c.sdpMLineIndex : null };
+    } else {
+      candidate = { candidate: c.candidate, sdpMid: c.sdpMid, sdpMLineIndex: c.sdpMLineIndex };
+    }
+    this.context._request('iceCandidate', { memberId: this.id, direction, candidate })
+      .catch((e) => this.context._log('iceCandidate failed', e));
+  }
+
+  // ---- publishing ---------------------------------------------------------------------------
+
+  /**
+   * Publishes a track (or a LocalStream, or anything with a `.track`).
+   * @param {MediaStreamTrack|{track: MediaStreamTrack}} source
+   * @param {{metadata?: string, maxSubscribers?: number, isEnabled?: boolean,
+   *   encodings?: EncodingJSON[], codec?: string}} [options]
+   *   `codec` is a mimeType such as `video/VP8`, `video/H264`, `video/VP9`, `video/AV1`.
+   * @returns {Promise<RoomPublication>}
+   */
+  async publish(source, options = {}) {
+    this._checkJoined('publish');
+    const track = source instanceof MediaStreamTrack ? source : source && source.track;
+    if (!(track instanceof MediaStreamTrack)) {
+      throw new MinatoError('invalidParameter', 'publish needs a MediaStreamTrack (or a stream with .track)', { method: 'publish' });
+    }
+    const stream = source instanceof LocalStream ? source : new LocalStream(track);
+    return this._sendQueue.run(async () => {
+      this._checkJoined('publish');
+      if (!this._sendPc) this._sendPc = this._newPc('send');
+      const pc = this._sendPc;
+      /** @type {RTCRtpTransceiverInit} */
+      const init = { direction: 'sendonly', streams: [new MediaStream([track])] };
+      const encodings = options.encodings || [];
+      if (encodings.length === 1) {
+        const e = encodings[0];
+        init.sendEncodings = [{ ...(e.maxBitrate ? { maxBitrate: e.maxBitrate } : {}),
+          ...(e.scaleResolutionDownBy ? { scaleResolutionDownBy: e.scaleResolutionDownBy } : {}) }];
+      } else if (encodings.length > 1) {
+        init.sendEncodings = encodings.map((e) => ({ rid: e.id, ...(e.maxBitrate ? { maxBitrate: e.maxBitrate } : {}),
+          ...(e.scaleResolutionDownBy ? { scaleResolutionDownBy: e.scaleResolutionDownBy } : {}) }));
+      }
+      const transceiver = pc.addTransceiver(track, init);
+      let published = false;
+      try {
+        if (options.codec) {
+          const caps = RTCRtpSender.getCapabilities(track.kind);
+          const want = options.codec.toLowerCase();
+          const prefs = (caps ? caps.codecs : []).filter((c) => c.mimeType.toLowerCase() === want);
+          if (!prefs.length) throw new MinatoError('invalidParameter', `this browser cannot send ${options.codec}`, { method: 'publish' });
+          const rest = caps.codecs.filter((c) => /\/(rtx|red|ulpfec|flexfec-03)$/i.test(c.mimeType));
+          transceiver.setCodecPreferences([...prefs, ...rest]);
+        }
+        let offer;
+        try {
+          offer = await pc.createOffer();
+          await pc.setLocalDescription(offer);
+        } catch (e) { throw mediaError(e, 'creating the publish offer failed'); }
+        const params = {
+          memberId: this.id, contentType: track.kind, mid: transceiver.mid,
+          offer: { type: 'offer', sdp: pc.localDescription.sdp },
+        };
+        for (const k of ['metadata', 'isEnabled', 'maxSubscribers', 'encodings']) {
+          if (options[k] !== undefined) params[k] = options[k];
+        }
+        const r = await this.context._request('publish', params);
+        published = true;
+        try {
+          await pc.setRemoteDescription(r.answer);
+        } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
+        const publication = this.room._upsertPublication(r.publication);
+        publication._local = { transceiver, stream, member: this };
+        this._senders.set(publication.id, { transceiver, stream });
+        return publication;
+      } catch (e) {
+        if (!published) {
+          // Undo the transceiver so the next offer does not carry an unpublished m-line.
+          try { transceiver.sender.replaceTrack(null); transceiver.direction = 'inactive'; } catch (x) { /* closed */ }
+          if (pc.signalingState === 'have-local-offer') {
+            try { await pc.setLocalDescription({ type: 'rollback' }); } catch (x) { /* ignore */ }
+          }
+        }
+        throw e;
+      }
+    });
+  }
+
+  /**
+   * Ends a publication of this member and renegotiates the send connection without it.
+   * @param {string|RoomPublication} publicationId
+   */
+  async unpublish(publicationId) {
+    this._checkJoined('unpublish');
+    const id = typeof publicationId === 'string' ? publicationId : publicationId.id;
+    await this.context._request('unpublish', { publicationId: id });
+    const sender = this._senders.get(id);
+    this._senders.delete(id);
+    if (!sender) return;
+    await this._sendQueue.run(async () => {
+      if (this._left || !this._sendPc) return;
+      try {
+        await sender.transceiver.sender.replaceTrack(null);
+        sender.transceiver.direction = 'inactive';
+      } catch (e) { return; }
+      await this._renegotiateSend();
+    });
+  }
+
+  /** Sends a new offer of the send connection (`negotiate`) and applies the answer. */
+  async _renegotiateSend() {
+    const pc = this._sendPc;
+    try {
+      await pc.setLocalDescription(await pc.createOffer());
+    } catch (e) { throw mediaError(e, 'creating the send offer failed'); }
+    const r = await this.context._request('negotiate', { memberId: this.id, offer: { type: 'offer', sdp: pc.localDescription.sdp } });
+    try {
+      await pc.setRemoteDescription(r.answer);
+    } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
+  }
+
+  // ---- subscribing --------------------------------------------------------------------------
+
+  /**
+   * Subscribes to another member's publication.
+   * @param {string|RoomPublication} publicationId
+   * @param {{preferredEncodingId?: string}} [options]
+   * @returns {Promise<{subscription: RoomSubscription, stream: RemoteStream}>}
+   */
+  async subscribe(publicationId, options = {}) {
+    this._checkJoined('subscribe');
+    const id = typeof publicationId === 'string' ? publicationId : publicationId.id;
+    const params = { memberId: this.id, publicationId: id };
+    if (options.preferredEncodingId !== undefined) params.preferredEncodingId = options.preferredEncodingId;
+    const r = await this.context._request('subscribe', params);
+    // Enqueued now, i.e. before any later message is handled, so offers apply in arrival order.
+    const applied = this._onServerOffer(r.offer, 'subscribe');
+    const subscription = this.room._upsertSubscription(r.subscription);
+    await applied;
+    const transceiver = this._recvPc.getTransceivers().find((t) => t.mid === r.mid);
+    if (!transceiver) throw new MinatoError('mediaError', `no receiving transceiver for mid ${r.mid}`, { method: 'subscribe' });
+    const stream = new RemoteStream(transceiver, subscription);
+    this._streams.set(subscription.id, stream);
+    subscription._localStream = stream;
+    return { subscription, stream };
+  }
+
+  /**
+   * Ends one of this member's subscriptions.
+   * @param {string|RoomSubscription} subscriptionId
+   */
+  async unsubscribe(subscriptionId) {
+    this._checkJoined('unsubscribe');
+    const id = typeof subscriptionId === 'string' ? subscriptionId : subscriptionId.id;
+    const r = await this.context._request('unsubscribe', { subscriptionId: id });
+    const applied = r.offer ? this._onServerOffer(r.offer, 'unsubscribe') : Promise.resolve();
+    const stream = this._streams.get(id);
+    this._streams.delete(id);
+    await applied;
+    if (stream) stream._ended();
+  }
+
+  /**
+   * Applies a server offer on the receive connection and answers it. Offers are applied one at
+   * a time, in the order they arrived.
+   * @param {{type: 'offer', sdp: string}} offer @param {string} why
+   * @returns {Promise<void>}
+   */
+  _onServerOffer(offer, why) {
+    return this._recvQueue.run(async () => {
+      if (this._left) return;
+      if (!this._recvPc) this._recvPc = this._newPc('recv');
+      const pc = this._recvPc;
+      try {
+        await pc.setRemoteDescription(offer);
+        await pc.setLocalDescription(await pc.createAnswer());
+      } catch (e) {
+        const err = mediaError(e, `applying the server offer (${why}) failed`);
+        if (why === 'notification') this.onFatalError.emit(err);
+        throw err;
+      }
+      try {
+        await this.context._request('answer', { memberId: this.id, answer: { type: 'answer', sdp: pc.localDescription.sdp } });
+        this.answeredOffers += 1;
+      } catch (e) {
+        if (why === 'notification' && !this._left) this.onFatalError.emit(e);
+        throw e;
+      }
+    }).catch((e) => {
+      if (why !== 'notification') throw e;
+      this.context._log('server offer failed', e);
+    });
+  }
+}

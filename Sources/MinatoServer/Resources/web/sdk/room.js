@@ -1,0 +1,464 @@
+// Minato browser SDK: SFURoom, a room and the state its events describe (entry point: minato.js).
+// Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
+
+import { MinatoError, MinatoEvent, NAME_RE } from './core.js';
+import { LocalSFURoomMember, RemoteRoomMember } from './member.js';
+import { RoomPublication, RoomSubscription } from './publication.js';
+
+// ---------------------------------------------------------------------------------------------
+// Room
+
+/**
+ * An SFU room (SkyWay's SFURoom). Get one with `SFURoom.create`, `find` or `findOrCreate`;
+ * its state (members, publications, subscriptions, metadata) follows the server's room
+ * events from then on, before and after joining.
+ */
+export class SFURoom {
+  /**
+   * @param {MinatoContext} context
+   * @param {{name?: string, metadata?: string, password?: string}} [init]
+   * @returns {Promise<SFURoom>}
+   */
+  static async create(context, init = {}) {
+    const params = {};
+    if (init.name !== undefined) params.name = init.name;
+    if (init.metadata !== undefined) params.metadata = init.metadata;
+    if (init.password !== undefined && init.password !== '') params.password = init.password;
+    const r = await context._request('createRoom', params);
+    const room = await context._adoptRoom(r.room);
+    if (params.password) room._password = params.password;
+    return room;
+  }
+
+  /**
+   * @param {MinatoContext} context
+   * @param {{id?: string, name?: string, password?: string}} query
+   * @returns {Promise<SFURoom>}
+   */
+  static async find(context, query = {}) {
+    const params = query.id ? { id: query.id } : { name: query.name };
+    const r = await context._request('findRoom', params);
+    const room = await context._adoptRoom(r.room);
+    if (query.password) room._password = query.password;
+    return room;
+  }
+
+  /**
+   * @param {MinatoContext} context
+   * @param {{name: string, metadata?: string, password?: string}} init
+   * @returns {Promise<SFURoom>}
+   */
+  static async findOrCreate(context, init) {
+    const params = { name: init.name };
+    if (init.metadata !== undefined) params.metadata = init.metadata;
+    if (init.password !== undefined && init.password !== '') params.password = init.password;
+    const r = await context._request('findOrCreateRoom', params);
+    const room = await context._adoptRoom(r.room);
+    if (params.password) room._password = params.password;
+    return room;
+  }
+
+  /** @param {MinatoContext} context @param {RoomJSON} json @private */
+  constructor(context, json) {
+    this.context = context;
+    /** @type {'sfu'} */
+    this.type = 'sfu';
+    /** @type {string} */
+    this.id = json.id;
+    /** @type {string|null} */
+    this.name = json.name ?? null;
+    /** @type {string} */
+    this.metadata = json.metadata ?? '';
+    /** @type {boolean} */
+    this.hasPassword = !!json.hasPassword;
+    /** The last room event version applied. @type {number} */
+    this.version = json.version ?? 0;
+    /** @type {'opened'|'closed'} */
+    this.state = 'opened';
+    /** @type {Map<string, RoomMember>} */
+    this._members = new Map();
+    /** @type {Map<string, RoomPublication>} */
+    this._publications = new Map();
+    /** @type {Map<string, RoomSubscription>} */
+    this._subscriptions = new Map();
+    /** Member objects that left, so late references still resolve. @type {Map<string, RoomMember>} */
+    this._formerMembers = new Map();
+    this._password = undefined;
+    /** @type {RoomEventJSON[]|null} live events held back while a replay is running */
+    this._held = null;
+
+    /** @type {MinatoEvent<{member: RoomMember}>} */ this.onMemberJoined = new MinatoEvent();
+    /** @type {MinatoEvent<{member: RoomMember, reason: string}>} */ this.onMemberLeft = new MinatoEvent();
+    /** @type {MinatoEvent<{}>} */ this.onMemberListChanged = new MinatoEvent();
+    /** @type {MinatoEvent<{member: RoomMember, metadata: string}>} */ this.onMemberMetadataUpdated = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication}>} */ this.onStreamPublished = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication}>} */ this.onStreamUnpublished = new MinatoEvent();
+    /** @type {MinatoEvent<{}>} */ this.onPublicationListChanged = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication}>} */ this.onPublicationEnabled = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication}>} */ this.onPublicationDisabled = new MinatoEvent();
+    /** @type {MinatoEvent<{publication: RoomPublication, metadata: string}>} */ this.onPublicationMetadataUpdated = new MinatoEvent();
+    /** @type {MinatoEvent<{subscription: RoomSubscription}>} */ this.onPublicationSubscribed = new MinatoEvent();
+    /** @type {MinatoEvent<{subscription: RoomSubscription}>} */ this.onPublicationUnsubscribed = new MinatoEvent();
+    /** @type {MinatoEvent<{}>} */ this.onSubscriptionListChanged = new MinatoEvent();
+    /** @type {MinatoEvent<{metadata: string}>} */ this.onMetadataUpdated = new MinatoEvent();
+    /** @type {MinatoEvent<{}>} */ this.onClosed = new MinatoEvent();
+    /** Every room event as received (raw protocol JSON), after it was applied. @type {MinatoEvent<RoomEventJSON>} */
+    this.onEvent = new MinatoEvent();
+
+    this._loadSnapshot(json);
+  }
+
+  /** @type {RoomMember[]} */
+  get members() { return [...this._members.values()]; }
+  /** @type {RoomPublication[]} */
+  get publications() { return [...this._publications.values()]; }
+  /** @type {RoomSubscription[]} */
+  get subscriptions() { return [...this._subscriptions.values()]; }
+  /** The local members joined to this room through this context. @type {LocalSFURoomMember[]} */
+  get localMembers() { return this.members.filter((m) => m instanceof LocalSFURoomMember && !m._left); }
+
+  /**
+   * Joins the room.
+   * @param {{name?: string, metadata?: string, password?: string, keepaliveIntervalSec?: number,
+   *   keepaliveIntervalGapSec?: number, replace?: boolean, type?: 'person'|'bot'}} [init]
+   *   `password` defaults to the one given to create/find/findOrCreate; `replace:true` removes a
+   *   live member that has the same name (reason `replaced`) instead of failing.
+   * @returns {Promise<LocalSFURoomMember>}
+   */
+  async join(init = {}) {
+    if (this.state === 'closed') throw new MinatoError('roomClosed', 'the room is closed', { method: 'join' });
+    if (init.name !== undefined && !NAME_RE.test(init.name)) {
+      throw new MinatoError('invalidParameter', `member name must match ${NAME_RE}`, { method: 'join' });
+    }
+    const params = { roomId: this.id };
+    for (const k of ['name', 'metadata', 'keepaliveIntervalSec', 'keepaliveIntervalGapSec', 'replace', 'type']) {
+      if (init[k] !== undefined) params[k] = init[k];
+    }
+    const password = init.password !== undefined ? init.password : this._password;
+    if (password !== undefined && password !== '') params.password = password;
+    const r = await this.context._request('join', params);
+    const member = new LocalSFURoomMember(this, r.member, {
+      keepaliveIntervalSec: init.keepaliveIntervalSec ?? 30,
+      reconnectSecret: r.reconnectSecret,
+    });
+    this._members.set(member.id, member);
+    this.context._localMembers.set(member.id, member);
+    // Catch up with a snapshot when events were not flowing (the result's version is newer).
+    if (r.room && typeof r.room.version === 'number' && r.room.version > this.version && this._held === null) {
+      this._pendingJoinSnapshot = r.room;
+      setTimeout(() => this._checkJoinSnapshot(), 3000);
+    }
+    member._startKeepalive();
+    return member;
+  }
+
+  /** If the events up to the join result's version never came, reconcile with the server. */
+  async _checkJoinSnapshot() {
+    const snap = this._pendingJoinSnapshot;
+    this._pendingJoinSnapshot = null;
+    if (snap && this.version < snap.version && this.state === 'opened') {
+      try { await this._reconcile(); } catch (e) { this.context._log('reconcile failed', e); }
+    }
+  }
+
+  /** @param {RoomMember} member */
+  async leave(member) { await member.leave(); }
+
+  /** Closes the room on the server: every member is removed with reason `roomClosed`. */
+  async close() {
+    await this.context._request('closeRoom', { roomId: this.id });
+  }
+
+  /** @param {string} metadata */
+  async updateMetadata(metadata) {
+    await this.context._request('updateRoomMetadata', { roomId: this.id, metadata });
+  }
+
+  /** Stops following this room locally (no request is sent). */
+  dispose() {
+    this._disposeLocal();
+    this.context._rooms.delete(this.id);
+  }
+
+  _disposeLocal() {
+    for (const ev of Object.values(this)) if (ev instanceof MinatoEvent) ev.removeAllListeners();
+  }
+
+  // ---- state --------------------------------------------------------------------------------
+
+  /** @param {RoomJSON} json */
+  _loadSnapshot(json) {
+    this.name = json.name ?? this.name;
+    this.metadata = json.metadata ?? '';
+    this.hasPassword = !!json.hasPassword;
+    for (const m of json.members || []) this._upsertMember(m);
+    for (const p of json.publications || []) this._upsertPublication(p);
+    for (const s of json.subscriptions || []) this._upsertSubscription(s);
+  }
+
+  /** @param {string} id @returns {RoomMember|undefined} */
+  _member(id) { return this._members.get(id) || this._formerMembers.get(id); }
+
+  /** @param {MemberJSON} json @returns {RoomMember} */
+  _upsertMember(json) {
+    let m = this._members.get(json.id);
+    if (m) { m._update(json); return m; }
+    m = this.context._localMembers.get(json.id) || new RemoteRoomMember(this, json);
+    m._update(json);
+    this._members.set(m.id, m);
+    return m;
+  }
+
+  /** @param {PublicationJSON} json @returns {RoomPublication} */
+  _upsertPublication(json) {
+    let p = this._publications.get(json.id);
+    if (p) { p._update(json); return p; }
+    p = new RoomPublication(this, json);
+    this._publications.set(p.id, p);
+    return p;
+  }
+
+  /** @param {SubscriptionJSON} json @returns {RoomSubscription} */
+  _upsertSubscription(json) {
+    let s = this._subscriptions.get(json.id);
+    if (s) { s._update(json); return s; }
+    s = new RoomSubscription(this, json);
+    this._subscriptions.set(s.id, s);
+    return s;
+  }
+
+  async _startEvents() {
+    this._held = [];
+    try {
+      await this._fetchEvents((params) => this.context._request('subscribeRoomEvents', params));
+    } finally {
+      this._releaseHeld();
+    }
+  }
+
+  /**
+   * Applies the room's events after `this.version` with `subscribeRoomEvents`, one page after
+   * the other: the server returns at most a page (100 by default) and `nextOffset`, the version
+   * to ask from next, while more remain (null on the last page). The first call also starts the
+   * live events on this socket; they are held meanwhile (`_held`), and `_apply` skips versions
+   * already applied.
+   * @param {(params: object) => Promise<any>} request
+   * @returns {Promise<number>} the number of events applied from the pages
+   */
+  async _fetchEvents(request) {
+    let applied = 0;
+    let offset = this.version;
+    for (;;) {
+      const r = await request({ roomId: this.id, offset });
+      const events = r.events || [];
+      applied += events.filter((e) => e.version > offset).length;
+      this._applyReplay(events, offset);
+      const next = r.nextOffset;
+      // null/absent: the last page. A nextOffset that does not move forward would loop forever.
+      if (typeof next !== 'number' || next <= offset || this.state === 'closed') break;
+      offset = next;
+    }
+    return applied;
+  }
+
+  /** After a reconnect: the events after our version, then the live ones held meanwhile. */
+  async _replay() {
+    if (this.state === 'closed') return;
+    this._held = [];
+    try {
+      const replayed = await this._fetchEvents((params) =>
+        this.context._signaling.request('subscribeRoomEvents', params, { immediate: true }));
+      this.context.replayedEvents += replayed;
+    } catch (e) {
+      if (e instanceof MinatoError && e.name === 'roomNotFound') {
+        this._held = null;
+        this._closedLocally();
+        return;
+      }
+      throw e;
+    } finally {
+      this._releaseHeld();
+    }
+  }
+
+  _applyReplay(events, offset) {
+    const sorted = [...events].sort((a, b) => a.version - b.version);
+    if (sorted.length && sorted[0].version > offset + 1) {
+      // The server's event log no longer reaches back to our version: reconcile from a snapshot.
+      this._reconcileSoon = true;
+    }
+    for (const ev of sorted) this._apply(ev);
+  }
+
+  _releaseHeld() {
+    const held = this._held || [];
+    this._held = null;
+    held.sort((a, b) => a.version - b.version);
+    for (const ev of held) this._apply(ev);
+    if (this._reconcileSoon) {
+      this._reconcileSoon = false;
+      this._reconcile().catch((e) => this.context._log('reconcile failed', e));
+    }
+  }
+
+  /** @param {RoomEventJSON} ev */
+  _onLiveEvent(ev) {
+    if (this._held) { this._held.push(ev); return; }
+    this._apply(ev);
+  }
+
+  /** Brings the state in line with `getRoom`, firing the events the difference implies. */
+  async _reconcile() {
+    let json;
+    try {
+      json = (await this.context._request('getRoom', { roomId: this.id })).room;
+    } catch (e) {
+      if (e instanceof MinatoError && e.name === 'roomNotFound') { this._closedLocally(); return; }
+      throw e;
+    }
+    if (json.version <= this.version) return;
+    this.version = json.version;
+    const subIds = new Set((json.subscriptions || []).map((s) => s.id));
+    for (const s of this.subscriptions) if (!subIds.has(s.id)) this._removeSubscription(s.id);
+    const pubIds = new Set((json.publications || []).map((p) => p.id));
+    for (const p of this.publications) if (!pubIds.has(p.id)) this._removePublication(p.id);
+    const memIds = new Set((json.members || []).map((m) => m.id));
+    for (const m of this.members) if (!memIds.has(m.id)) this._removeMemberLocally(m.id, 'unknown', true);
+    for (const mj of json.members || []) {
+      const had = this._members.has(mj.id);
+      const m = this._upsertMember(mj);
+      if (!had) { this.onMemberJoined.emit({ member: m }); this.onMemberListChanged.emit({}); }
+    }
+    for (const pj of json.publications || []) {
+      const had = this._publications.has(pj.id);
+      const p = this._upsertPublication(pj);
+      if (!had) { this.onStreamPublished.emit({ publication: p }); this.onPublicationListChanged.emit({}); }
+    }
+    for (const sj of json.subscriptions || []) {
+      const had = this._subscriptions.has(sj.id);
+      const s = this._upsertSubscription(sj);
+      if (!had) { this.onPublicationSubscribed.emit({ subscription: s }); this.onSubscriptionListChanged.emit({}); }
+    }
+    this.metadata = json.metadata ?? this.metadata;
+  }
+
+  /** @param {RoomEventJSON} ev */
+  _apply(ev) {
+    if (typeof ev.version === 'number') {
+      if (ev.version <= this.version) return;
+      this.version = ev.version;
+    }
+    const d = ev.data || {};
+    switch (ev.type) {
+      case 'memberJoined': {
+        const m = this._upsertMember(d.member);
+        this.onMemberJoined.emit({ member: m });
+        this.onMemberListChanged.emit({});
+        break;
+      }
+      case 'memberLeft':
+        this._removeMemberLocally(d.member.id, ev.reason || 'left', false, d.member);
+        break;
+      case 'memberMetadataUpdated': {
+        const m = this._upsertMember(d.member);
+        this.onMemberMetadataUpdated.emit({ member: m, metadata: m.metadata });
+        break;
+      }
+      case 'streamPublished': {
+        const p = this._upsertPublication(d.publication);
+        this.onStreamPublished.emit({ publication: p });
+        this.onPublicationListChanged.emit({});
+        break;
+      }
+      case 'streamUnpublished':
+        this._removePublication(d.publication.id, d.publication);
+        break;
+      case 'publicationMetadataUpdated': {
+        const p = this._upsertPublication(d.publication);
+        this.onPublicationMetadataUpdated.emit({ publication: p, metadata: p.metadata });
+        p.onMetadataUpdated.emit({ metadata: p.metadata });
+        break;
+      }
+      case 'publicationEnabled': {
+        const p = this._upsertPublication(d.publication);
+        this.onPublicationEnabled.emit({ publication: p });
+        p.onEnabled.emit({});
+        break;
+      }
+      case 'publicationDisabled': {
+        const p = this._upsertPublication(d.publication);
+        this.onPublicationDisabled.emit({ publication: p });
+        p.onDisabled.emit({});
+        break;
+      }
+      case 'publicationSubscribed': {
+        const s = this._upsertSubscription(d.subscription);
+        this.onPublicationSubscribed.emit({ subscription: s });
+        this.onSubscriptionListChanged.emit({});
+        break;
+      }
+      case 'publicationUnsubscribed':
+        this._removeSubscription(d.subscription.id);
+        break;
+      case 'metadataUpdated':
+        this.metadata = (d.room && d.room.metadata) ?? this.metadata;
+        this.onMetadataUpdated.emit({ metadata: this.metadata });
+        break;
+      case 'closed':
+        this._closedLocally();
+        break;
+      default:
+        this.context._log('unknown room event', ev);
+    }
+    this.onEvent.emit(ev);
+  }
+
+  _removeSubscription(id) {
+    const s = this._subscriptions.get(id);
+    if (!s) return;
+    this._subscriptions.delete(id);
+    s._canceled();
+    this.onPublicationUnsubscribed.emit({ subscription: s });
+    this.onSubscriptionListChanged.emit({});
+  }
+
+  _removePublication(id, json) {
+    const p = this._publications.get(id);
+    if (!p) return;
+    if (json) p._update(json);
+    for (const s of this.subscriptions) if (s.publicationId === id) this._removeSubscription(s.id);
+    this._publications.delete(id);
+    p._unpublished();
+    this.onStreamUnpublished.emit({ publication: p });
+    this.onPublicationListChanged.emit({});
+  }
+
+  /**
+   * @param {string} id @param {string} reason @param {boolean} [quietState]
+   * @param {MemberJSON} [json]
+   */
+  _removeMemberLocally(id, reason, quietState = false, json = undefined) {
+    const m = this._members.get(id);
+    if (!m) {
+      const local = this.context._localMembers.get(id);
+      if (local && !local._left) local._teardown(reason);
+      return;
+    }
+    if (json) m._update(json);
+    for (const p of this.publications) if (p.publisherId === id) this._removePublication(p.id);
+    for (const s of this.subscriptions) if (s.subscriberId === id) this._removeSubscription(s.id);
+    this._members.delete(id);
+    this._formerMembers.set(id, m);
+    if (m instanceof LocalSFURoomMember && !m._left) m._teardown(reason);
+    this.onMemberLeft.emit({ member: m, reason });
+    this.onMemberListChanged.emit({});
+  }
+
+  _closedLocally() {
+    if (this.state === 'closed') return;
+    for (const m of this.members) this._removeMemberLocally(m.id, 'roomClosed');
+    this.state = 'closed';
+    this.context._rooms.delete(this.id);
+    this.onClosed.emit({});
+  }
+}

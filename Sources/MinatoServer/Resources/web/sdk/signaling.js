@@ -1,0 +1,190 @@
+// Minato browser SDK: the signaling connection (internal; the entry point is minato.js).
+// Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
+
+import { MinatoError } from './core.js';
+
+// ---------------------------------------------------------------------------------------------
+// Signaling: one WebSocket, JSON-RPC 2.0, reconnecting
+
+export class Signaling {
+  /**
+   * @param {string} url
+   * @param {{requestTimeoutMs: number, reconnect: boolean, reconnectDelayMs: number, maxReconnectDelayMs: number,
+   *   log: (...a: any[]) => void}} options
+   */
+  constructor(url, options) {
+    this.url = url;
+    this.options = options;
+    /** @type {WebSocket|null} */
+    this.ws = null;
+    this.nextId = 1;
+    /** @type {Map<number, {resolve: Function, reject: Function, method: string, timer: any}>} */
+    this.pending = new Map();
+    /** @type {ConnectionState} */
+    this.state = 'connecting';
+    this.disposed = false;
+    this.reconnectAttempt = 0;
+    /** @type {Array<() => void>} requests waiting for the socket to (re)open */
+    this.openWaiters = [];
+    /** @type {(method: string, params: any) => void} */
+    this.onNotification = () => {};
+    /** @type {() => Promise<void>} runs after a reconnect, before waiting requests are sent */
+    this.onReconnected = async () => {};
+    /** @type {(state: ConnectionState) => void} */
+    this.onStateChanged = () => {};
+    this.everOpened = false;
+  }
+
+  /** Opens the first connection; rejects if it cannot. */
+  connect() {
+    return new Promise((resolve, reject) => {
+      this._open((ok, err) => (ok ? resolve(undefined) : reject(err)));
+    });
+  }
+
+  /** @param {(ok: boolean, err?: any) => void} done */
+  _open(done) {
+    let settled = false;
+    let ws;
+    try {
+      ws = new WebSocket(this.url);
+    } catch (e) {
+      done(false, new MinatoError('connectionLost', `cannot open ${this.url}: ${e.message || e}`, { cause: e }));
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = () => {
+      settled = true;
+      this.reconnectAttempt = 0;
+      this.options.log('socket open', this.url);
+      done(true);
+    };
+    ws.onmessage = (ev) => this._onMessage(ev.data);
+    ws.onerror = () => { /* close follows */ };
+    ws.onclose = (ev) => {
+      if (this.ws === ws) this.ws = null;
+      this.options.log('socket closed', ev.code, ev.reason);
+      this._failPending(new MinatoError('connectionLost', `the WebSocket closed (code ${ev.code})`));
+      if (!settled) {
+        settled = true;
+        done(false, new MinatoError('connectionLost', `cannot connect to ${this.url} (code ${ev.code})`));
+        return;
+      }
+      if (!this.disposed) this._scheduleReconnect();
+    };
+  }
+
+  _setState(state) {
+    if (this.state === state) return;
+    this.state = state;
+    this.onStateChanged(state);
+  }
+
+  _scheduleReconnect() {
+    if (this.disposed || !this.options.reconnect) { this._setState('closed'); return; }
+    this._setState('reconnecting');
+    const base = this.options.reconnectDelayMs;
+    const delay = Math.min(this.options.maxReconnectDelayMs, base * 2 ** Math.min(this.reconnectAttempt, 6));
+    this.reconnectAttempt += 1;
+    setTimeout(() => {
+      if (this.disposed) return;
+      this._open(async (ok) => {
+        if (!ok) { if (!this.disposed) this._scheduleReconnect(); return; }
+        try {
+          await this.onReconnected();
+        } catch (e) {
+          this.options.log('resync after reconnect failed', e);
+        }
+        this._setState('connected');
+        const waiters = this.openWaiters;
+        this.openWaiters = [];
+        for (const w of waiters) w();
+      });
+    }, delay);
+  }
+
+  _failPending(error) {
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) { clearTimeout(p.timer); p.reject(error); }
+  }
+
+  /** @param {string} text */
+  _onMessage(text) {
+    let msg;
+    try { msg = JSON.parse(text); } catch (e) { this.options.log('unparsable frame', text); return; }
+    if (msg && typeof msg.method === 'string' && msg.id === undefined) {
+      this.onNotification(msg.method, msg.params || {});
+      return;
+    }
+    const p = this.pending.get(msg.id);
+    // Only the id: a late join result carries the member's reconnectSecret, which is never logged.
+    if (!p) { this.options.log('response to no request', msg && msg.id); return; }
+    this.pending.delete(msg.id);
+    clearTimeout(p.timer);
+    if (msg.error) {
+      const e = msg.error;
+      const data = e.data && typeof e.data === 'object' ? e.data : {};
+      p.reject(new MinatoError(data.name || e.message || 'internal', data.detail || e.message || 'request failed',
+        { code: e.code, method: p.method }));
+    } else {
+      p.resolve(msg.result || {});
+    }
+  }
+
+  /** True while a request can be written now. */
+  get isOpen() { return !!this.ws && this.ws.readyState === WebSocket.OPEN; }
+
+  /**
+   * Sends a request and resolves with its result. While the socket reconnects, the request
+   * waits (within its timeout) unless `immediate` is set (used by the resync itself).
+   * @param {string} method
+   * @param {object} [params]
+   * @param {{timeoutMs?: number, immediate?: boolean}} [opts]
+   * @returns {Promise<any>}
+   */
+  async request(method, params = {}, opts = {}) {
+    if (this.disposed) throw new MinatoError('disposed', 'the context was disposed', { method });
+    const timeoutMs = opts.timeoutMs ?? this.options.requestTimeoutMs;
+    const started = Date.now();
+    if (!this.isOpen && !opts.immediate) {
+      if (this.state === 'closed') throw new MinatoError('connectionLost', 'the WebSocket is closed', { method });
+      await new Promise((resolve, reject) => {
+        const t = setTimeout(() => {
+          this.openWaiters = this.openWaiters.filter((w) => w !== go);
+          reject(new MinatoError('timeout', `${method}: no connection within ${timeoutMs} ms`, { method }));
+        }, timeoutMs);
+        const go = () => { clearTimeout(t); resolve(undefined); };
+        this.openWaiters.push(go);
+      });
+    }
+    if (!this.isOpen) throw new MinatoError('connectionLost', 'the WebSocket is not open', { method });
+    const id = this.nextId++;
+    const left = Math.max(1000, timeoutMs - (Date.now() - started));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new MinatoError('timeout', `${method}: no response within ${left} ms`, { method }));
+      }, left);
+      this.pending.set(id, { resolve, reject, method, timer });
+      this.ws.send(JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+    });
+  }
+
+  /** Writes a request without waiting for its response (pagehide, dispose). */
+  fire(method, params) {
+    if (!this.isOpen) return;
+    try { this.ws.send(JSON.stringify({ jsonrpc: '2.0', id: this.nextId++, method, params })); } catch (e) { /* closing */ }
+  }
+
+  close() {
+    this.disposed = true;
+    this._setState('closed');
+    const ws = this.ws;
+    this.ws = null;
+    this._failPending(new MinatoError('disposed', 'the context was disposed'));
+    for (const w of this.openWaiters) w();
+    this.openWaiters = [];
+    if (ws) { try { ws.close(1000, 'dispose'); } catch (e) { /* already closed */ } }
+  }
+}
