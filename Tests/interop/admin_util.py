@@ -20,6 +20,8 @@ from typing import Any, Iterable, Optional
 import jwt
 import websockets
 
+from waiting import await_until
+
 # At least 32 bytes: HS256 keys shorter than the hash output trip an assertion in the server's
 # JWT library (debug builds); test_auth.test_auth_secret_of_16_bytes covers the documented minimum.
 AUTH_SECRET = "interop-auth-secret-0123456789abcdef"
@@ -227,18 +229,9 @@ def close_info(conn: Any) -> tuple[Optional[int], Optional[str]]:
 # ---- waiting -----------------------------------------------------------------------------------
 
 async def poll(pred, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
-    """Polls pred() (sync or async) until it returns a truthy value; that value, or TimeoutError."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = pred()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not met within {timeout}s")
-        await asyncio.sleep(interval)
+    """Polls pred() (sync or async) until it returns a truthy value; that value, or WaitTimeout
+    (a TimeoutError). The suite's one async wait (waiting.await_until) under its older name."""
+    return await await_until(pred, timeout, what, interval=interval)
 
 
 async def wait_notification(conn: Any, method: str, timeout: float, start: int = 0) -> dict:

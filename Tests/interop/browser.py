@@ -16,7 +16,9 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
+
+from waiting import wait_until  # noqa: F401 - re-exported for the browser tests
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "interop"
@@ -273,26 +275,7 @@ def demo_page(browser: Any, server: Any, label: str, viewport: Optional[dict] = 
 def wait_js(page: Any, expr: str, arg: Any = None, timeout: float = 20.0, what: str = "",
             interval: float = 0.2) -> Any:
     """Polls `expr` (a JS function source, awaited, taking `arg`) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = page.evaluate(expr, arg)
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what or expr}")
-        time.sleep(interval)
-
-
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    return wait_until(lambda: page.evaluate(expr, arg), timeout, what or expr, interval=interval)
 
 
 def dump(obj: Any) -> str:

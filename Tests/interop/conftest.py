@@ -8,12 +8,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from waiting import WaitTimeout, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts" / "interop"
@@ -75,21 +76,25 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=REPO, env={**os.environ, **self.env} if self.env else None)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + timeout
-        last_err = "no attempt"
-        while time.monotonic() < deadline:
+        last_err = ["no attempt"]
+
+        def healthy() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"minato exited with {self.proc.returncode} during startup\n{self.tail()}")
             try:
                 with opener.open(self.http + "/healthz", timeout=1) as r:
                     if r.status == 200:
-                        return
-                    last_err = f"status {r.status}"
+                        return True
+                    last_err[0] = f"status {r.status}"
             except (urllib.error.URLError, OSError) as e:
-                last_err = repr(e)
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"minato not healthy on {self.http}/healthz within {timeout}s ({last_err})\n{self.tail()}")
+                last_err[0] = repr(e)
+            return False
+        try:
+            wait_until(healthy, timeout, f"minato healthy on {self.http}/healthz", interval=0.1)
+        except WaitTimeout:
+            self.stop()
+            raise RuntimeError(f"minato not healthy on {self.http}/healthz within {timeout}s ({last_err[0]})\n"
+                               f"{self.tail()}") from None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

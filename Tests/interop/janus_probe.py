@@ -44,6 +44,7 @@ from aiortc.rtp import RTCP_PSFB_APP, RTCP_PSFB_FIR, RTCP_PSFB_PLI, RtcpPsfbPack
 
 from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window  # noqa: E402
 from minato_client import new_peer_connection  # noqa: E402  (also patches aioice to use 127.0.0.1)
+from waiting import WaitTimeout, wait_until  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ART = REPO / "artifacts" / "janus"
@@ -241,7 +242,7 @@ class Janus:
                 if self.closed:
                     return
                 say("long poll failed:", e)
-                time.sleep(0.5)
+                time.sleep(0.5)          # back-off before the next long poll (not a wait for a condition)
                 continue
             if not self.closed:
                 asyncio.run_coroutine_threadsafe(self._deliver(resp if isinstance(resp, list) else [resp]), loop)
@@ -259,7 +260,7 @@ class Janus:
 
     async def _keepalive(self) -> None:
         while not self.closed:
-            await asyncio.sleep(20)
+            await asyncio.sleep(20)      # pacing: Janus sessions time out after 60 s without a keepalive
             if not self.closed:
                 await self.post(f"/{self.session}", {"janus": "keepalive"})   # -> {"janus":"ack"}
 
@@ -292,16 +293,18 @@ def start_janus(log_path: Path) -> subprocess.Popen:
     log = open(log_path, "wb")
     proc = subprocess.Popen([str(REPO / "scripts" / "janus-run.sh")], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def answering() -> bool:
         if proc.poll() is not None:
             sys.exit(f"janus exited with {proc.returncode} during startup; log {log_path}:\n"
                      + "\n".join(log_path.read_text(errors="replace").splitlines()[-30:]))
-        if janus_info() is not None:
-            return proc
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"janus not answering on {BASE}/info within 60 s; log {log_path}")
+        return janus_info() is not None
+    try:
+        wait_until(answering, 60, f"janus answering on {BASE}/info", interval=0.1)
+    except WaitTimeout:
+        proc.kill()
+        sys.exit(f"janus not answering on {BASE}/info within 60 s; log {log_path}")
+    return proc
 
 
 def stop_janus(proc: subprocess.Popen) -> int:

@@ -22,6 +22,8 @@ from aiortc.mediastreams import (
     VideoStreamTrack,
 )
 
+from waiting import WaitTimeout, await_until
+
 WIDTH, HEIGHT = 320, 240
 BITS = 16
 BLOCK = 16          # each bit is a BLOCK x BLOCK square in row 0..BLOCK-1
@@ -131,7 +133,7 @@ class SineAudioTrack(MediaStreamTrack):
             self._timestamp += self.samples
             wait = self._start + (self._timestamp / self.sample_rate) - time.time()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await asyncio.sleep(wait)     # pacing: the audio clock (20 ms frames in real time)
         t0 = self._timestamp
         k = 2 * math.pi * self.frequency / self.sample_rate
         pcm = array("h", (int(self.amplitude * math.sin(k * (t0 + i))) for i in range(self.samples)))
@@ -155,6 +157,7 @@ class VideoSink:
         self.sizes: dict[tuple[int, int], int] = {}
         self.last_frame_at: Optional[float] = None
         self.first_frame_at: Optional[float] = None
+        self.last_index: Optional[int] = None   # sender index of the latest readable frame
         self.ended = False
         self._task = asyncio.ensure_future(self._run())
 
@@ -171,6 +174,7 @@ class VideoSink:
                 idx = read_index(frame)
                 if idx is not None:
                     self.indices.add(idx)
+                    self.last_index = idx
         except (MediaStreamError, asyncio.CancelledError):
             pass
         finally:
@@ -181,12 +185,17 @@ class VideoSink:
         return sum(1 for i in range(first, last + 1) if (i & 0xFFFF) in self.indices)
 
     async def wait_frames(self, n: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.frames < n:
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.05)
+        """Waits until `n` frames were decoded; False (the caller's assertion says what) if not
+        within `timeout` s."""
+        try:
+            await await_until(lambda: self.frames >= n, timeout, f"{self.name}: {n} decoded frames")
+        except WaitTimeout:
+            return False
         return True
+
+    def reached(self, index: int) -> bool:
+        """Has a frame with sender index `index` or later (mod 2**16) been decoded?"""
+        return self.last_index is not None and ((self.last_index - index) & 0xFFFF) < 0x8000
 
     def stop(self) -> None:
         self._task.cancel()
@@ -230,9 +239,14 @@ class AudioSink:
 async def measure_window(source: SyntheticVideoTrack, sinks: list[VideoSink], window: float = 5.0,
                          settle: float = 1.5) -> dict[str, tuple[int, int]]:
     """Over `window` seconds, which of the frames `source` sent did each sink decode?
-    Returns {sink.name: (decoded, sent)}. Waits `settle` s after the window for in-flight frames."""
+    Returns {sink.name: (decoded, sent)}. After the window, waits (up to `settle` s) until every
+    sink has decoded the window's last frame or a later one, so frames in flight are counted."""
     first = source.frames_sent
-    await asyncio.sleep(window)
+    await asyncio.sleep(window)       # the measurement window itself: the sender keeps its 30 fps pace
     last = source.frames_sent - 1
-    await asyncio.sleep(settle)
+    try:
+        await await_until(lambda: all(s.reached(last & 0xFFFF) for s in sinks), settle,
+                          f"every sink to decode frame {last} or later")
+    except WaitTimeout:
+        pass                          # not a failure here: what a sink missed shows in its count
     return {s.name: (s.decoded_in(first, last), last - first + 1) for s in sinks}

@@ -26,6 +26,8 @@ from aiortc import (
     RTCSessionDescription,
 )
 
+from waiting import await_until
+
 log = logging.getLogger("minato_client")
 
 
@@ -318,7 +320,7 @@ class Member:
     def start_keepalive(self, period: float) -> None:
         async def loop() -> None:
             while True:
-                await asyncio.sleep(period)
+                await asyncio.sleep(period)      # pacing: the keepalive period
                 conn = self.conn
                 try:
                     await self.keepalive()
@@ -424,13 +426,16 @@ class Member:
                 await self._apply_server_offer(res["offer"])
 
     async def wait_offers_answered(self, count: int, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while self.answered_offers < count:
+        def done() -> bool:
             if self.offer_errors:
                 raise AssertionError(f"{self.label}: answering a server offer failed: {self.offer_errors[0]!r}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.label}: {self.answered_offers} server offers answered, wanted {count}")
-            await asyncio.sleep(0.05)
+            return self.answered_offers >= count
+        await await_until(done, timeout, f"{self.label}: {count} server offers answered",
+                          state=lambda: f"{self.answered_offers} answered")
+
+    async def wait_offers_settled(self, timeout: float = 10) -> None:
+        """Waits until every `offer` notification received so far has been answered."""
+        await self.wait_offers_answered(len(self.conn.offers), timeout)
 
     # ---- teardown --------------------------------------------------------------------------
 

@@ -9,13 +9,12 @@ The subscriber must decode >= 80% of the publisher's frames at 320x240 and hear 
 """
 from __future__ import annotations
 
-import asyncio
-
 from aiortc import RTCRtpSender, RTCSessionDescription
 from aiortc.contrib.media import MediaRelay
 
 from media import HEIGHT, WIDTH, AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import new_peer_connection, run_async
+from waiting import await_until
 
 
 def _mline_directions(sdp: str) -> dict[str, str]:
@@ -42,12 +41,10 @@ async def _offer_answer(offerer, answerer) -> tuple[str, str]:
 
 
 async def _wait_track(pc, mid: str, timeout: float = 5):
-    for _ in range(int(timeout / 0.05)):
+    def track():
         t = next((t for t in pc.getTransceivers() if t.mid == mid), None)
-        if t is not None and t.receiver.track is not None:
-            return t.receiver.track
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no receiving track for mid {mid}")
+        return t.receiver.track if t is not None else None
+    return await await_until(track, timeout, f"a receiving track for mid {mid}")
 
 
 async def _selfcheck() -> None:
@@ -73,10 +70,8 @@ async def _selfcheck() -> None:
         assert tv.mid == "1", tv.mid
         assert _mline_directions(offer2) == {"0": "sendonly", "1": "sendonly"}, offer2
         assert _mline_directions(answer2) == {"0": "recvonly", "1": "recvonly"}, answer2
-        for _ in range(100):
-            if "audio" in received and "video" in received:
-                break
-            await asyncio.sleep(0.05)
+        await await_until(lambda: {"audio", "video"} <= set(received), 5, "the ingress peer's audio and video tracks",
+                          state=lambda: sorted(received))
         assert set(received) == {"audio", "video"}, received
 
         # --- recv side: server-style offers. First only video... --------------------------
@@ -108,8 +103,8 @@ async def _selfcheck() -> None:
         assert _mline_directions(a3) == {"0": "inactive", "1": "recvonly"}, a3
         assert sub.signalingState == "stable"
         loud = asink.loud_frames
-        await asyncio.sleep(1.0)
-        assert asink.loud_frames > loud + 20, "audio stopped after the inactive re-offer"
+        await await_until(lambda: asink.loud_frames > loud + 20, 3, "audio to keep flowing after the inactive re-offer",
+                          state=lambda: f"{asink.loud_frames - loud} loud frames since")
 
         # --- a later subscription: a new m-line appended after the inactive one -----------
         egress.addTransceiver(relay.subscribe(received["video"]), direction="sendonly")
@@ -144,10 +139,7 @@ async def _h264() -> None:
         offer, answer = await _offer_answer(pub, peer)
         assert "H264/90000" in offer and "VP8/90000" not in offer, offer
         assert "packetization-mode=1" in answer
-        for _ in range(100):
-            if tracks:
-                break
-            await asyncio.sleep(0.05)
+        await await_until(lambda: tracks, 5, "the H264 track at the answering peer")
         sink = VideoSink(tracks[0], "h264")
         assert await sink.wait_frames(5, 10), "no H264 frames decoded"
         decoded, sent = (await measure_window(video, [sink], window=3.0))["h264"]

@@ -88,7 +88,7 @@ def test_three_pages_see_and_hear_each_other(server, pages, capsys):
     t0 = time.monotonic()
     samples = []
     while time.monotonic() - t0 < 5.0:
-        time.sleep(1.0)
+        time.sleep(1.0)   # the measurement window: one stats sample per second for 5 s
         samples.append({n: stats_by_publisher(p) for n, p in zip(names, ps)})
     elapsed = time.monotonic() - t0
     last = samples[-1]

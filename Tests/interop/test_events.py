@@ -3,13 +3,13 @@
 with reason `replaced`), duplicate names refused."""
 from __future__ import annotations
 
-import asyncio
 import math
 
 from media import SyntheticVideoTrack
 from minato_client import (
     Connection, Member, assert_rpc_error, create_room, event_matcher, run_async, unique_name,
 )
+from waiting import await_until
 
 
 def versions(events: list[dict]) -> list[int]:
@@ -54,7 +54,12 @@ async def scenario(url: str) -> None:
             sorted([("A", a.id), ("B", b.id), ("R", r2.id)]), room_now["members"]
         # a duplicate of a live name is refused (the replaced one is gone, the new one is live)
         assert_rpc_error(await dup.call_raw("join", {"roomId": rid, "name": "R"}), 409, "memberNameDuplicated")
-        await asyncio.sleep(0.5)   # let every event reach every socket
+        # every member in the room has received every event up to the room's current version
+        now = room_now["version"]
+        live = (a, b, r2)
+        await await_until(lambda: all(m.conn.events and m.conn.events[-1]["version"] >= now for m in live), 5,
+                          f"A, B and R to receive every event up to version {now}",
+                          state=lambda: {m.label: m.conn.events[-1]["version"] if m.conn.events else None for m in live})
 
         # --- every member saw strictly increasing versions; A saw every event since its join.
         for m in members:
@@ -144,7 +149,11 @@ async def paging_scenario(url: str) -> None:
         await a.conn.call("updateMemberMetadata", {"memberId": a.id, "metadata": "live"})
         ev = await reader.wait_event(lambda e: e["type"] == "memberMetadataUpdated"
                                      and e["data"]["member"]["metadata"] == "live", timeout=5)
-        await asyncio.sleep(0.3)
+        # a later event is the barrier: events reach a socket in version order, so once "after"
+        # has arrived a duplicate of "live" would have arrived before it
+        await a.conn.call("updateMemberMetadata", {"memberId": a.id, "metadata": "after"})
+        await reader.wait_event(lambda e: e["type"] == "memberMetadataUpdated"
+                                and e["data"]["member"]["metadata"] == "after", timeout=5)
         assert [e["version"] for e in reader.events].count(ev["version"]) == 1, versions(reader.events)
         assert_strictly_increasing("reader live", reader.events)
     finally:

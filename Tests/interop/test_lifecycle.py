@@ -12,6 +12,7 @@ from pathlib import Path
 
 from media import AudioSink, VideoSink
 from minato_client import Member, create_room, event_matcher, run_async, sdp_media_sections, unique_name
+from waiting import await_until
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,16 +88,21 @@ async def scenario(url: str) -> None:
             assert mids[vmid]["port"] != "0", "port must be kept for BUNDLE"
         # audio still flows after the renegotiation
         loud = {k: s.loud_frames for k, s in audio_sinks.items()}
-        await asyncio.sleep(1.5)
         for k, s in audio_sinks.items():
-            assert s.loud_frames > loud[k] + 25, f"{k}: audio stopped after answering the unpublish offer"
+            await await_until(lambda: s.loud_frames > loud[k] + 25, 5,
+                              f"{k}: audio to keep flowing after answering the unpublish offer",
+                              state=lambda: f"{s.loud_frames - loud[k]} loud frames since")
 
         # --- A leaves -------------------------------------------------------------------------
+        offers_before = {m.label: len(m.conn.offers) for m in (b, c)}
         await a.command("leave")
         for m in (b, c):
             ev = await m.conn.wait_event(event_matcher("memberLeft", member_id=a_id), timeout=5)
             assert ev.get("reason") == "left", ev
             await m.conn.wait_event(event_matcher("streamUnpublished", publication_id=a.info["audio"]), timeout=5)
+            # the subscriber gets an offer without A's audio, and answers it
+            await m.conn.wait_offers(offers_before[m.label] + 1, timeout=5)
+            await m.wait_offers_settled(timeout=10)
         assert await a.exit() == 0, "publisher process A did not exit cleanly"
 
         # --- A2 is killed (kill -9) -------------------------------------------------------------
@@ -105,7 +111,7 @@ async def scenario(url: str) -> None:
         sv2 = await b.subscribe(a2.info["video"])
         vs2 = VideoSink(sv2.track, "B-video-A2"); sinks.append(vs2)
         assert await vs2.wait_frames(3, 10), "B: no video from A2"
-        await asyncio.sleep(0.5)   # let the offers after A's leave settle
+        await b.wait_offers_settled(timeout=10)   # every offer B got so far is answered
         b_offers, b_answered = len(b.conn.offers), b.answered_offers
         os.kill(a2.proc.pid, signal.SIGKILL)
         t0 = time.monotonic()

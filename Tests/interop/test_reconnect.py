@@ -4,7 +4,6 @@ join's secret the takeover is refused and changes nothing); and closing a room t
 `closed` (after their memberLeft roomClosed), not only event listeners."""
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -35,7 +34,9 @@ async def unanswered_offer_is_offered_again(url: str) -> None:
             assert "reconnectSecret" in err["data"]["detail"], err
         assert_rpc_error(await second.call_raw("answer", {"memberId": b["id"], "answer": {"type": "answer", "sdp": "v=0\r\n"}}),
                          409, "notJoined")
-        await asyncio.sleep(0.3)
+        # a round trip on the same socket is the barrier: an offer the refused takeovers had
+        # queued for it would be written before this reply
+        await second.call("getRoom", {"roomId": room["id"]})
         assert second.offers == [], "a refused takeover must not re-send the offer"
         room_now = (await a.conn.call("getRoom", {"roomId": room["id"]}))["room"]
         assert b["id"] in [m["id"] for m in room_now["members"]], room_now
