@@ -9,6 +9,7 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
+#include <pthread.h>
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 
@@ -39,6 +40,13 @@ void minato_signal_disconnect(gpointer instance, gulong handler) {
 gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip) {
     nice_address_init(addr);
     return nice_address_set_from_string(addr, ip);
+}
+
+void minato_set_thread_name(const char *name) {
+    char short_name[16];
+    strncpy(short_name, name, sizeof short_name - 1);
+    short_name[sizeof short_name - 1] = 0;
+    pthread_setname_np(pthread_self(), short_name);
 }
 
 EVP_PKEY *minato_ec_p256_key(void) { return EVP_EC_gen("P-256"); }

@@ -1,6 +1,7 @@
 internal import CNice
 public import MinatoMedia
 internal import Foundation
+internal import CMinatoShims
 internal import Synchronization
 public import Logging
 
@@ -68,13 +69,17 @@ public final class MediaWorker: Sendable {
         let timeoutNs = nanoseconds(of: transportTimeout)
         let connectTimeoutNs = nanoseconds(of: connectTimeout)
         let box = UncheckedBox((context, runtime, ice, continuation, logger))
+        let name = "minato-media-\(index)"
         let thread = Thread {
+            // Foundation names the thread only in its own bookkeeping: name it for the kernel
+            // too (ps, top, /proc/<pid>/task/*/comm), else it shows its creator's name.
+            minato_set_thread_name(name)
             let (context, runtime, ice, continuation, logger) = box.value
             let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
                                   transportTimeout: timeoutNs, connectTimeout: connectTimeoutNs, logger: logger)
             core.run(inbox: inbox)
         }
-        thread.name = "minato-media-\(index)"
+        thread.name = name
         thread.start()
     }
 

@@ -33,6 +33,10 @@ int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
                       void *const *bufs, const size_t *lens, unsigned int n, int gso);
 
+/// Names the calling thread for the kernel (pthread_setname_np is a GNU extension Swift does not
+/// import); at most 15 bytes are kept.
+void minato_set_thread_name(const char *name);
+
 /// ECDSA P-256 key (EVP_EC_gen is a macro over a variadic call).
 EVP_PKEY *minato_ec_p256_key(void);
 /// DTLSv1_get_timeout: milliseconds (rounded up) until the next retransmission, or -1 if no timer runs.
