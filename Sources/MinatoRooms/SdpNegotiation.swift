@@ -87,17 +87,6 @@ enum SdpNegotiation {
                                rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil }, extensionIds: ids)
     }
 
-    /// Transitional, for the committed `RoomService.receiveOffer` until it calls
-    /// `receiveOffer(slots:)`: the session lines of `SfuSdp`'s descriptions.
-    static func sessionHeader(version: Int, sessionId: UInt64, mids: [String], iceLite: Bool) -> [String] {
-        sdpLines(SessionDescription(username: SfuSdp.username, sessionName: SfuSdp.username, sessionId: sessionId,
-                                    version: version, bundle: mids, iceLite: iceLite))
-    }
-
-    static func sdpLines(_ sd: SessionDescription) -> [String] {
-        sd.serialize().split(separator: "\r\n", omittingEmptySubsequences: true).map(String.init)
-    }
-
     static func localTransport(_ local: TransportDescription) -> SdpLocalTransport {
         SdpLocalTransport(iceUfrag: local.iceUfrag, icePwd: local.icePwd, fingerprint: local.fingerprint,
                           candidates: local.candidates, iceLite: local.iceLite)
@@ -135,16 +124,6 @@ struct ReceiveSlot: Sendable {
     var streamId: String
     var trackId: String
     var cname: String
-
-    /// Transitional, for the committed `RoomService.receiveOffer` until it calls
-    /// `SdpNegotiation.receiveOffer(slots:)`: this slot's m-section lines.
-    func lines(local: TransportDescription, candidates: Bool) -> [String] {
-        let offer = SfuSdp.receiveOffer(streams: [stream], local: SdpNegotiation.localTransport(local), sessionId: 0, version: 0)
-        let header = SdpNegotiation.sessionHeader(version: 0, sessionId: 0, mids: [mid], iceLite: local.iceLite).count
-        var lines = Array(SdpNegotiation.sdpLines(offer).dropFirst(header))
-        if !candidates { lines.removeAll { $0.hasPrefix("a=candidate:") || $0 == "a=end-of-candidates" } }
-        return lines
-    }
 
     /// The slot as `SfuSdp` writes it: active (sendonly, msid, ssrc lines) while subscribed.
     var stream: SfuSdp.ReceiverStream {
