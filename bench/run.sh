@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The RTP throughput benchmark, Minato and Janus side by side (issue 5, PERFORMANCE.md).
+# The RTP throughput benchmark, Minato and Janus side by side (README "Benchmarks").
 #   bench/run.sh quick   fan-out 1->10 on both servers, 20 s window     -> bench/results/quick.{json,md,png}
 #   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
 #   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI;

@@ -105,7 +105,7 @@ def jsonrpc_seeds() -> list[bytes]:
 def sdp_edge_seeds() -> list[bytes]:
     """Offers with numeric edge cases and bytes that must not pass through: huge clock rates,
     payload types out of 0...127, ports past 65535, SSRCs past 32 bits, a lone CR or a NUL
-    inside a line, bad mids, unsafe fmtp parameters (issue 11)."""
+    inside a line, bad mids, unsafe fmtp parameters."""
     head = ("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n"
             "a=ice-ufrag:abcd\r\na=ice-pwd:aaaaaaaaaaaaaaaaaaaaaa\r\n"
             "a=fingerprint:sha-256 AB:CD:EF:01\r\na=setup:actpass\r\n")

@@ -1,4 +1,4 @@
-/// A room member as the server describes it (PROTOCOL.md "Objects").
+/// A room member as the server describes it (docs/protocol.md "Objects").
 public struct Member: Sendable, Codable, Equatable {
     public let id: String
     public let name: String?

@@ -15,7 +15,7 @@ public final class Context: Sendable {
     public struct Options: Sendable {
         /// The server's WebSocket endpoint, e.g. "ws://127.0.0.1:7880/ws".
         public var url: String
-        /// A JWT (PROTOCOL.md "Auth"), sent as `?token=`; nil when the server runs without auth.
+        /// A JWT (docs/protocol.md "Auth"), sent as `?token=`; nil when the server runs without auth.
         public var token: String?
         /// SRTP profiles to offer in DTLS (OpenSSL names, colon separated); nil offers all.
         public var srtpProfiles: String?
@@ -161,7 +161,7 @@ public final class SFURoom: Sendable {
     }
 }
 
-/// Options of a publication (PROTOCOL.md `publish`).
+/// Options of a publication (docs/protocol.md `publish`).
 public struct PublicationOptions: Sendable {
     public var metadata: String?
     public var isEnabled: Bool

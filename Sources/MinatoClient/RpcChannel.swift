@@ -3,7 +3,7 @@ internal import Synchronization
 internal import HummingbirdWSClient
 public import Logging
 
-/// A JSON-RPC error from the server (PROTOCOL.md): `name` is the stable name to switch on.
+/// A JSON-RPC error from the server (docs/protocol.md): `name` is the stable name to switch on.
 public struct RoomError: Error, Sendable, CustomStringConvertible, Equatable {
     public let code: Int
     public let name: String

@@ -1,6 +1,6 @@
 internal import Foundation
 
-/// What a client's token allows: SkyWay's v3 `scope` (PROTOCOL.md "Auth"), decoded and
+/// What a client's token allows: SkyWay's v3 `scope` (docs/protocol.md "Auth"), decoded and
 /// verified by the server's `TokenVerifier`. Checked by `RoomService` on every request.
 public struct AuthGrant: Sendable, Equatable {
     /// One `scope.rooms[]` entry: rooms whose name matches `name` (a glob, `*` = any run of

@@ -1,5 +1,5 @@
 /// A signaling error: a stable name a program can switch on and a sentence a person can act on
-/// (PROTOCOL.md "Errors"). A request that fails with one of these changed nothing.
+/// (docs/protocol.md "Errors"). A request that fails with one of these changed nothing.
 public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     public let code: Int
     public let name: String

@@ -3,7 +3,7 @@ internal import MinatoMedia
 internal import MinatoTransport
 
 /// The codec a publication carries, as negotiated with its publisher; subscribers are offered
-/// exactly this codec (PROTOCOL.md "Codecs"). Every field is validated (`ForwardableCodec`):
+/// exactly this codec (docs/protocol.md "Codecs"). Every field is validated (`ForwardableCodec`):
 /// the name is the codec map's spelling, the clock rate the codec's, and the fmtp parameters
 /// rebuilt from safe `key=value` tokens, so it can be written into other members' SDP as is.
 struct NegotiatedCodec: Sendable, Equatable {

@@ -1,6 +1,6 @@
 public import MinatoRooms
 
-/// One parsed JSON-RPC 2.0 request (PROTOCOL.md "Transport"). Parsing happens on the caller's
+/// One parsed JSON-RPC 2.0 request (docs/protocol.md "Transport"). Parsing happens on the caller's
 /// task (the connection's), never on the room actor, so a large or malformed frame costs the
 /// connection that sent it.
 public struct JsonRpcRequest: Sendable {

@@ -42,7 +42,7 @@ public final class CryptoRuntime: @unchecked Sendable {
               SSL_CTX_use_PrivateKey(ctx, key) == 1,
               SSL_CTX_check_private_key(ctx) == 1
         else { throw Failure.openssl("configuring the DTLS context") }
-        // Server preference order (ARCHITECTURE.md): GCM first, NSS's CM path is 4x slower.
+        // Server preference order (docs/architecture.md): GCM first, NSS's CM path is 4x slower.
         guard SSL_CTX_set_tlsext_use_srtp(ctx, "SRTP_AEAD_AES_128_GCM:SRTP_AEAD_AES_256_GCM:SRTP_AES128_CM_SHA1_80") == 0
         else { throw Failure.openssl("SSL_CTX_set_tlsext_use_srtp") }
         // The peer's certificate is self-signed; it is checked against the SDP fingerprint

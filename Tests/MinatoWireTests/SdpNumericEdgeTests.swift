@@ -1,7 +1,7 @@
 import Testing
 @testable import MinatoWire
 
-/// Numeric edge cases and stray bytes in SDP (issue 11): each is either an exact parse error
+/// Numeric edge cases and stray bytes in SDP: each is either an exact parse error
 /// or a codec Minato does not choose, never a trap.
 @Suite struct SdpNumericEdgeTests {
     static let header = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"

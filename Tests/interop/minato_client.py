@@ -1,4 +1,4 @@
-"""A Python client of the Minato signaling protocol v1 (shared/design/PROTOCOL.md), with aiortc.
+"""A Python client of the Minato signaling protocol v1 (docs/protocol.md), with aiortc.
 
 - `Connection`: one WebSocket, JSON-RPC 2.0 requests/responses, notifications
   (`roomEvent`, `offer`) collected and dispatched.

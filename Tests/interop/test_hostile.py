@@ -1,4 +1,4 @@
-"""Hostile clients (issue 11, "Safe to expose"): while an aiortc publisher streams VP8 to an aiortc
+"""Hostile clients: while an aiortc publisher streams VP8 to an aiortc
 subscriber in a password room, other sockets try every class of abuse — bad numbers in SDP,
 member takeover without the reconnect secret, floods of candidates, requests, rooms and members,
 a socket that never reads, oversized `encodings`, admin requests with a foreign Host or a

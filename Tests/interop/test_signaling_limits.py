@@ -1,4 +1,4 @@
-"""Signaling frame rules (PROTOCOL.md "Transport"): text frames only, at most 256 KiB per
+"""Signaling frame rules (docs/protocol.md "Transport"): text frames only, at most 256 KiB per
 message. A too-large message closes the socket with 1009; a binary frame or a metadata string
 over 4096 bytes gets a clear error and changes nothing; other connections are unaffected."""
 from __future__ import annotations

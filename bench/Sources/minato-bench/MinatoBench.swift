@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import MinatoClient
 
-/// `minato-bench`: RTP throughput of Minato and Janus under the same load (issue 5).
+/// `minato-bench`: RTP throughput of Minato and Janus under the same load.
 @main
 struct MinatoBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -33,7 +33,7 @@ struct Scenario: Sendable, Codable {
     static func named(_ name: String) -> Scenario? { matrix.first { $0.name == name } }
 }
 
-/// Packet shapes both servers get (PERFORMANCE.md, issue 5).
+/// Packet shapes both servers get (see README "Benchmarks").
 struct LoadShape: Sendable, Codable {
     var videoBitrate: Int
     var fps: Int
