@@ -38,12 +38,7 @@ extension RoomService {
             throw RoomError.limitExceeded("A member may have at most \(configuration.maxPublicationsPerMember) publications (rooms.maxPublicationsPerMember).")
         }
         let stream = try SdpNegotiation.publishedStream(m)
-        let remote = try SdpNegotiation.remoteTransport(of: sd)
-        let local = try await transport(.send, of: member, in: room)
-        try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
-        try stillJoined(member, room)
-        member.sendVersion += 1
-        let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
+        let (local, answer) = try await answerSendOffer(sd, of: member, in: room)
         let tid = local.id
         let kind: MediaKind = contentType == "audio" ? .audio : .video
         let producer = try await onWorker(room) { core in
@@ -70,14 +65,21 @@ extension RoomService {
     /// Renegotiates the send connection without publishing (after an unpublish, say).
     public func negotiate(memberId: String, offer: String, from channel: ClientChannel) async throws -> SessionDescriptionText {
         let (room, member) = try joinedMember(memberId, channel: channel)
-        let sd = try SdpNegotiation.parse(offer)
+        let (_, answer) = try await answerSendOffer(try SdpNegotiation.parse(offer), of: member, in: room)
+        return .init(type: "answer", sdp: answer)
+    }
+
+    /// Answers the client's offer on the send connection: its transport (made on first use),
+    /// the client's parameters applied once, and the next answer version.
+    private func answerSendOffer(_ sd: SessionDescription, of member: LocalSFURoomMember,
+                                 in room: Room) async throws -> (TransportDescription, String) {
         let remote = try SdpNegotiation.remoteTransport(of: sd)
         let local = try await transport(.send, of: member, in: room)
         try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
         try stillJoined(member, room)
         member.sendVersion += 1
         let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
-        return .init(type: "answer", sdp: answer)
+        return (local, answer)
     }
 
     public func unpublish(publicationId: String, from channel: ClientChannel) throws {
