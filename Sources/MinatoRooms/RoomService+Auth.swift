@@ -103,6 +103,7 @@ extension RoomService {
             throw RoomError.invalidAuthToken("The new token is for app '\(grant.appId)', this connection's for '\(old.grant.appId)'.")
         }
         sessions[channel.id] = AuthSession(grant: grant, channel: channel)
+        armSweep()
         return AuthenticateResult(expiresAt: Self.isoTime(grant.expiresAt))
     }
 
@@ -112,6 +113,7 @@ extension RoomService {
         switch await verifier(token) {
         case .success(let g):
             sessions[channel.id] = AuthSession(grant: g, channel: channel)
+            armSweep()
             return nil
         case .failure(let e): return e
         }

@@ -51,6 +51,7 @@ extension RoomService {
                                         roomId: room.id, channel: channel, keepaliveIntervalSec: interval,
                                         keepaliveIntervalGapSec: gap, now: clock.now)
         room.members.append(member)
+        armSweep()
         emit(room, "memberJoined", ["member": member.json])
         logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
         return JoinResult(member: member.json, room: room.json, reconnectSecret: member.reconnectSecret)
@@ -144,6 +145,8 @@ extension RoomService {
         logger.info("member left", metadata: ["room": "\(room.id)", "member": "\(member.id)", "reason": "\(reason)"])
     }
 
+    /// Removes members whose keepalive or reconnect gap ran out and warns of expiring tokens
+    /// (run by the expiry timer, `armSweep`).
     func sweep() {
         if verifier != nil { warnExpiringTokens() }
         let now = clock.now

@@ -22,6 +22,9 @@ public actor RoomService {
     var outbox: [(ClientChannel, String)] = []
     let clock = ContinuousClock()
     private var started = false
+    /// The expiry timer (`armSweep`) and the deadline it is armed for.
+    var sweepTask: Task<Void, Never>?
+    var sweepDeadline: ContinuousClock.Instant?
     /// Verifies client tokens; nil = auth off (every request allowed).
     let verifier: TokenVerifier?
     /// Authenticated connections, by channel id.
@@ -52,13 +55,52 @@ public actor RoomService {
                 for await event in w.events { await self?.workerEvent(event) }
             }
         }
-        Task { [weak self] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                guard let self else { return }
-                await self.sweep()
+        armSweep()
+    }
+
+    // MARK: Expiry by deadline
+
+    /// Arms the expiry timer for the soonest deadline (a member's keepalive or reconnect gap, a
+    /// token's expiry notice) unless it is armed for that or earlier already. Called where a
+    /// sooner deadline can appear: a join, a closed connection, a bound token, and after a sweep.
+    func armSweep() {
+        guard started, let next = nextExpiry() else { return }
+        if let armed = sweepDeadline, armed <= next { return }
+        sweepTask?.cancel()
+        sweepDeadline = next
+        sweepTask = Task { [weak self] in
+            // Expiry compares with ">": wake just after the deadline.
+            try? await Task.sleep(until: next + .milliseconds(5), clock: .continuous)
+            guard !Task.isCancelled else { return }
+            await self?.sweepDue()
+        }
+    }
+
+    private func sweepDue() {
+        sweepDeadline = nil
+        sweepTask = nil
+        sweep()
+        armSweep()
+    }
+
+    /// The soonest moment something may expire, or nil when nothing can.
+    func nextExpiry() -> ContinuousClock.Instant? {
+        var soonest: ContinuousClock.Instant?
+        func consider(_ t: ContinuousClock.Instant) { if soonest.map({ t < $0 }) ?? true { soonest = t } }
+        for room in rooms {
+            for m in room.members {
+                consider(m.lastSeen + .seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec))
+                if let gone = m.disconnectedAt { consider(gone + .seconds(m.keepaliveIntervalGapSec)) }
             }
         }
+        if verifier != nil {
+            let wallNow = Date().timeIntervalSince1970, now = clock.now
+            for (_, session) in sessions where !session.warned {
+                let wait = session.grant.expiresAt - Double(configuration.tokenExpiringNoticeSec) - wallNow
+                consider(now + .milliseconds(Int(exactly: (max(0, min(wait, 86_400)) * 1000).rounded(.up)) ?? 0))
+            }
+        }
+        return soonest
     }
 
     /// The connection closed: its members stay for their keepalive gap, waiting for a reconnect.
@@ -73,6 +115,7 @@ public actor RoomService {
                 m.disconnectedAt = now
             }
         }
+        armSweep()
     }
 
     /// Runs one request on the core and hands its outcome to `respond` on the actor, before
