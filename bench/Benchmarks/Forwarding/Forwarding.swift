@@ -115,4 +115,31 @@ let benchmarks: @Sendable () -> Void = {
         benchmark.stopMeasurement()
         blackHole(protected)
     }
+
+    workerBenchmarks()
+}
+
+/// The worker's own packet path with real SRTP and real sends (`WorkerBenchmarkRig`): one
+/// publisher, 10 subscribers, AEAD_AES_128_GCM, `sendmmsg` to a loopback sink. The library
+/// mallocs of Debian's NSS-backed libsrtp2 are listed in bench/malloc-allowances.txt; the
+/// worker's part (routing, chaining, counting, inbox, timer) must allocate nothing.
+let workerBenchmarks: @Sendable () -> Void = {
+    Benchmark("Worker flush 1->10: route + srtp_protect GCM + sendmmsg, 1200 B (per received packet)",
+              configuration: .init(thresholds: [.mallocCountTotal: .init(absolute: [.p50: 50, .p100: 50])])) { benchmark in
+        let rig = try! WorkerBenchmarkRig(runtime: try! CryptoRuntime(), fanOut: 10)
+        rig.routeAndFlush()
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations { rig.routeAndFlush() }
+        benchmark.stopMeasurement()
+        precondition(rig.drops.isEmpty, "worker dropped packets: \(rig.drops)")
+    }
+    Benchmark("Worker loop iteration 1->10: srtp_unprotect + route + flush + inbox + timer, 1200 B (per received packet)",
+              configuration: .init(thresholds: [.mallocCountTotal: .init(absolute: [.p50: 60, .p100: 60])])) { benchmark in
+        let rig = try! WorkerBenchmarkRig(runtime: try! CryptoRuntime(), fanOut: 10)
+        rig.receiveOneDatagram()
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations { blackHole(rig.receiveOneDatagram()) }
+        benchmark.stopMeasurement()
+        precondition(rig.drops.isEmpty, "worker dropped packets: \(rig.drops)")
+    }
 }
