@@ -1,4 +1,4 @@
-public import MinatoTransport
+internal import MinatoTransport
 internal import MinatoMedia
 
 /// The operator's view and levers (the REST admin API under /v1). Every call returns the JSON

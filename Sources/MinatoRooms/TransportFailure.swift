@@ -1,4 +1,4 @@
-public import MinatoTransport
+internal import MinatoTransport
 
 /// The `kind` label of `minato_transport_failures_total` for a transport a worker closed:
 /// "ice", "dtls", "srtp", "connect_timeout" or "timeout" (`TransportCloseReason.metricName`).
