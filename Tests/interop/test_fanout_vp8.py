@@ -21,6 +21,21 @@ def server_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def media_metrics(http: str) -> dict[str, float]:
+    """The packet counters of /metrics (received, forwarded, dropped by reason, keyframe
+    requests), for failure messages that say where the packets went."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    out: dict[str, float] = {}
+    with opener.open(http + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(("minato_rtp_", "minato_packets_dropped_total", "minato_keyframe_requests_total",
+                                "minato_rtcp_")) and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                if float(value) != 0:
+                    out[name] = float(value)
+    return out
+
+
 def forwarded_packets(http: str) -> int:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(http + "/metrics", timeout=5) as r:
@@ -67,7 +82,9 @@ async def fanout(server, codec: Optional[str]) -> None:
             video_sinks.append(vs); audio_sinks.append(as_); sinks += [vs, as_]
 
         for vs in video_sinks:
-            assert await vs.wait_frames(3, 10), f"{vs.name}: no video decoded within 10 s of subscribing"
+            if not await vs.wait_frames(3, 10):
+                raise AssertionError(f"{vs.name}: no video decoded within 10 s of subscribing; A sent "
+                                     f"{video.frames_sent} frames; server: {media_metrics(server.http)}")
         loud_before = {s.name: s.loud_frames for s in audio_sinks}
         pid = server.proc.pid
         cpu0, fwd0, wall0 = server_cpu_seconds(pid), forwarded_packets(server.http), time.monotonic()
