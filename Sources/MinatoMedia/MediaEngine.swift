@@ -225,12 +225,15 @@ public final class MediaEngine {
         }
     }
 
-    /// The transport (re)connected: its video consumers wait for a fresh keyframe, requested now.
+    /// The transport (re)connected: its video consumers wait for a fresh keyframe, requested now,
+    /// and their numbering continues from the last packet sent, so the packets dropped while
+    /// waiting leave no gap for the subscriber to wait for (or NACK).
     public func restartConsumers(on t: TransportIndex, now: Nanoseconds) {
         guard isActive(t) else { return }
         for c in transports[Int(t.slot)].consumers {
             let p = consumers[Int(c)].parameters.producer
             guard isActive(p), producers[Int(p.slot)].parameters.kind == .video else { continue }
+            consumers[Int(c)].rewriter.resync()
             consumers[Int(c)].waitingForKeyFrame = true
             requestKeyFrame(p, now: now)
         }
