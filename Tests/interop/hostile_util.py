@@ -48,15 +48,12 @@ def rss_mb(pid: int) -> Optional[float]:
 
 async def join_member(url: str, room_id: str, name: str, *, keepalive: Optional[float] = 5.0,
                       **extra: Any) -> tuple[Member, Optional[str]]:
-    """Member.join, but also returns the `reconnectSecret` of the join result (None if absent)."""
-    conn = await Connection(url, label=name).connect()
-    m = Member(conn, label=name)
-    res = await conn.call("join", {"roomId": room_id, "name": name, **extra})
-    m.member, m.room = res["member"], res["room"]
-    m.reconnect_secret = res.get("reconnectSecret")
+    """Member.join with a keepalive period of the caller's choice (None: no keepalive); also
+    returns the `reconnectSecret` of the join result (None if absent)."""
+    m = await Member.join(url, room_id, name, keepalive=False, **extra)
     if keepalive:
         m.start_keepalive(keepalive)
-    return m, res.get("reconnectSecret")
+    return m, m.reconnect_secret
 
 
 async def pipelined(conn: Connection, calls: Iterable[tuple[str, dict]], window: int = 8,
