@@ -14,12 +14,23 @@ public struct ProducerParameters: Sendable {
     public var codec: VideoCodecKind
     public var keyFrameRequest: KeyFrameRequestMethod
     public var paused: Bool
+    /// The payload type of the publisher's RTX stream (RFC 4588, `apt` = `payloadType`) on
+    /// `rtxSsrc`; nil when RTX was not negotiated (then packets on `rtxSsrc` are dropped).
+    public var rtxPayloadType: UInt8?
+    /// Audio: the publisher's RED payload type (RFC 2198, `red/48000` around opus). Packets
+    /// with it are forwarded as RED to consumers that negotiated RED and reduced to their
+    /// primary (newest) block for the others. nil: RED was not negotiated.
+    public var redPayloadType: UInt8?
+    /// The publisher negotiated `a=rtcp-fb:<pt> nack`: lost packets are NACKed to it.
+    public var nack: Bool
     public init(transport: TransportIndex, kind: MediaKind, ssrc: UInt32, rtxSsrc: UInt32? = nil,
                 payloadType: UInt8, clockRate: UInt32, codec: VideoCodecKind,
-                keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false) {
+                keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false,
+                rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, nack: Bool = false) {
         self.transport = transport; self.kind = kind; self.ssrc = ssrc
         self.rtxSsrc = rtxSsrc; self.payloadType = payloadType; self.clockRate = clockRate
         self.codec = codec; self.keyFrameRequest = keyFrameRequest; self.paused = paused
+        self.rtxPayloadType = rtxPayloadType; self.redPayloadType = redPayloadType; self.nack = nack
     }
 }
 
@@ -31,9 +42,18 @@ public struct ConsumerParameters: Sendable {
     public var payloadType: UInt8
     /// Publisher extension id -> subscriber extension id (0 erases the element).
     public var extensionIds: ExtensionIdMap
-    public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap) {
+    /// The subscriber's RTX stream (RFC 4588): our SSRC for it and its payload type, when the
+    /// subscriber accepted RTX. nil: NACKed packets are resent as they were first sent.
+    public var rtxSsrc: UInt32?
+    public var rtxPayloadType: UInt8?
+    /// Audio: the subscriber's RED payload type when it accepted RED; nil: RED packets from the
+    /// producer are reduced to their primary block for this subscriber.
+    public var redPayloadType: UInt8?
+    public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap,
+                rtxSsrc: UInt32? = nil, rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil) {
         self.producer = producer; self.transport = transport; self.ssrc = ssrc
         self.payloadType = payloadType; self.extensionIds = extensionIds
+        self.rtxSsrc = rtxSsrc; self.rtxPayloadType = rtxPayloadType; self.redPayloadType = redPayloadType
     }
 }
 
