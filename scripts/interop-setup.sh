@@ -2,6 +2,7 @@
 # Idempotent setup for the interop suite (Tests/interop: aiortc peers and Chromium pages):
 #  - `ip` (iproute2) for the loopback-only namespace runner,
 #  - Debian's `chromium` (and DejaVu fonts) for the Playwright browser tests,
+#  - Debian's `nftables` (`nft`): the loss tests and `make bench-loss` drop packets with it,
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,6 +19,8 @@ fi
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
 dpkg-query -W -f='${Status}' fonts-dejavu-core 2>/dev/null | grep -q "ok installed" || need+=(fonts-dejavu-core)
+# nftables: random/per-port UDP loss inside the test namespace (Tests/interop/impair.py).
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop-setup: installing ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
