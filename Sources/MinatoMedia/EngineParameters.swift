@@ -68,7 +68,63 @@ public struct Transmit {
 
 public struct ProducerStats: Sendable {
     public var packetsReceived: UInt64, bytesReceived: UInt64, keyFrameRequests: UInt64
+    /// Generic NACK packets sent to the publisher, and missing packets that arrived later.
+    public var nacksSent: UInt64 = 0, packetsRecovered: UInt64 = 0
+    /// Packets never received (RFC 3550 cumulative loss: expected minus received).
+    public var packetsLost: Int64 = 0
+    /// Interarrival jitter in timestamp units.
+    public var jitter: UInt32 = 0
 }
 public struct ConsumerStats: Sendable {
     public var packetsSent: UInt64, bytesSent: UInt64
+    /// NACK packets received from the subscriber and packets resent to it.
+    public var nacksReceived: UInt64 = 0, packetsRetransmitted: UInt64 = 0
+    /// From the subscriber's last receiver report (zero before one arrived).
+    public var fractionLost: UInt8 = 0, packetsLost: Int32 = 0, jitter: UInt32 = 0
+    /// Round-trip time of the subscriber's transport (from its receiver reports); nil unknown.
+    public var roundTripTime: Nanoseconds?
+}
+
+/// Why a keyframe was requested from a publisher (counted per cause).
+public enum KeyFrameCause: Int, CaseIterable, Sendable {
+    /// A subscriber sent PLI or FIR.
+    case subscriber
+    /// A consumer started, resumed or restarted and waits for a keyframe.
+    case consumerStart
+    /// Missing packets were given up (too old, NACKed too often, or too many at once).
+    case nackGaveUp
+    /// An earlier request brought no keyframe in time.
+    case retry
+    /// The control plane asked (admin API, room layer).
+    case control
+
+    /// The Prometheus label value.
+    public var name: String {
+        switch self {
+        case .subscriber: return "subscriber"
+        case .consumerStart: return "consumer_start"
+        case .nackGaveUp: return "nack_gave_up"
+        case .retry: return "retry"
+        case .control: return "control"
+        }
+    }
+}
+
+/// The engine's loss-recovery settings (config `media.*`, docs/architecture.md "Loss recovery").
+public struct EngineTuning: Sendable, Equatable {
+    /// Packets held per video producer for answering NACKs (rounded up to a power of two;
+    /// each takes 1.5 KiB, preallocated when the producer is added).
+    public var retransmissionPackets: Int = 512
+    /// How long a stored packet can be resent.
+    public var retransmissionMaxAge: Nanoseconds = 1_000_000_000
+    /// How long a missing packet from a publisher is NACKed before it is given up.
+    public var nackMaxAge: Nanoseconds = 1_000_000_000
+    /// How many times one missing packet is NACKed at most.
+    public var nackMaxRetries: UInt8 = 10
+    /// The round-trip time assumed where none was measured (a publisher's transport).
+    public var defaultRoundTripTime: Nanoseconds = 40_000_000
+    /// A keyframe request that brought no keyframe is sent again after this long.
+    public var keyFrameRetryInterval: Nanoseconds = KeyFrameRequester.defaultRetryInterval
+
+    public init() {}
 }

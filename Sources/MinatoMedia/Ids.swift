@@ -53,8 +53,16 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case oversize
     case malformedRtcp
     case unknownSsrc
-    /// RTX (retransmission) packets: not forwarded yet.
-    case retransmission
+    /// RTX (RFC 4588) on a producer's RTX SSRC that cannot be used: RTX was not negotiated
+    /// with the publisher, or the packet has another payload type.
+    case unusableRtx
+    /// An RTX packet with no original packet inside (padding a sender uses to probe).
+    case rtxPadding
+    /// A packet the producer already delivered (a retransmission of one that was only late).
+    case duplicate
+    /// A RED (RFC 2198) packet whose block headers do not fit its payload, for a consumer
+    /// that needs it reduced to its primary block.
+    case malformedRed
     case unknownPayloadType
     case producerPaused
     case waitingForKeyFrame
@@ -85,7 +93,10 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .oversize: return "oversize"
         case .malformedRtcp: return "malformed_rtcp"
         case .unknownSsrc: return "unknown_ssrc"
-        case .retransmission: return "retransmission"
+        case .unusableRtx: return "unusable_rtx"
+        case .rtxPadding: return "rtx_padding"
+        case .duplicate: return "duplicate"
+        case .malformedRed: return "malformed_red"
         case .unknownPayloadType: return "unknown_payload_type"
         case .producerPaused: return "producer_paused"
         case .waitingForKeyFrame: return "waiting_for_key_frame"

@@ -1,13 +1,32 @@
-/// Throttles keyframe requests (PLI/FIR) to one producer: at most one per `interval`; a request
-/// inside the interval is remembered and sent when the interval ends. Sans-IO.
+/// Keyframe requests (PLI/FIR) to one producer that are neither too frequent nor lost: at most
+/// one per `interval` (a request inside the interval is remembered and sent when it ends), and
+/// while a sent request has brought no keyframe it is sent again every `retryInterval` (the
+/// request or the keyframe's first packet may have been lost). Sans-IO.
 public struct KeyFrameRequester: Sendable {
     public static let defaultInterval: Nanoseconds = 500_000_000
+    public static let defaultRetryInterval: Nanoseconds = 1_000_000_000
+
+    /// Why `poll` says a request is due.
+    public enum Due: Equatable, Sendable {
+        /// A request made inside the throttle interval, now sent.
+        case throttled
+        /// The last request brought no keyframe within `retryInterval`.
+        case retry
+    }
+
     public let interval: Nanoseconds
+    public let retryInterval: Nanoseconds
     public private(set) var lastSent: Nanoseconds?
     public private(set) var pending = false
+    /// A request went out and no keyframe arrived since.
+    public private(set) var awaiting = false
     public private(set) var firSequence: UInt8 = 0
 
-    public init(interval: Nanoseconds = KeyFrameRequester.defaultInterval) { self.interval = interval }
+    public init(interval: Nanoseconds = KeyFrameRequester.defaultInterval,
+                retryInterval: Nanoseconds = KeyFrameRequester.defaultRetryInterval) {
+        self.interval = interval
+        self.retryInterval = max(retryInterval, interval)
+    }
 
     /// Returns true when a request should go out now.
     public mutating func request(now: Nanoseconds) -> Bool {
@@ -15,24 +34,45 @@ public struct KeyFrameRequester: Sendable {
             pending = true
             return false
         }
-        lastSent = now
-        pending = false
-        firSequence &+= 1
+        sent(now)
         return true
     }
 
-    /// Returns true when a remembered request is due.
-    public mutating func poll(now: Nanoseconds) -> Bool {
-        guard pending, let last = lastSent, now &- last >= interval else { return false }
-        lastSent = now
+    /// A keyframe arrived: it answers every request made so far.
+    public mutating func keyFrameArrived() {
         pending = false
-        firSequence &+= 1
-        return true
+        awaiting = false
     }
 
-    /// When the next remembered request is due, if any.
+    /// Stops retrying (the producer went silent; the next request starts over).
+    public mutating func stopAwaiting() { awaiting = false }
+
+    /// Whether a remembered request or a retry is due at `now` (and if so, counts it sent).
+    public mutating func poll(now: Nanoseconds) -> Due? {
+        guard let last = lastSent else { return nil }
+        if pending, now &- last >= interval {
+            sent(now)
+            return .throttled
+        }
+        if awaiting, now &- last >= retryInterval {
+            sent(now)
+            return .retry
+        }
+        return nil
+    }
+
+    /// When `poll` next has work, if ever.
     public var deadline: Nanoseconds? {
-        guard pending, let last = lastSent else { return nil }
-        return last &+ interval
+        guard let last = lastSent else { return nil }
+        if pending { return last &+ interval }
+        if awaiting { return last &+ retryInterval }
+        return nil
+    }
+
+    private mutating func sent(_ now: Nanoseconds) {
+        lastSent = now
+        pending = false
+        awaiting = true
+        firSequence &+= 1
     }
 }

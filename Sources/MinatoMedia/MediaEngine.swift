@@ -4,10 +4,15 @@ internal import MinatoWire
 /// transports they use, kept in flat arrays indexed by id (one owner, no references between
 /// them). Sans-IO: `handleRtp`/`handleRtcp`/`handleTimeout` take packets and the time and
 /// leave packets to send in the outbox (`transmitCount`, `transmit(at:)`, `clearTransmits()`).
-/// Timers by deadline: `nextDeadline` says when `handleTimeout` next has work (a throttled
-/// keyframe request, receiver reports while RTP arrives); nil means never, and calling
-/// `handleTimeout` before the deadline does nothing (no scan). Reading `nextDeadline` is O(1).
-/// Not thread-safe: lives on one media worker thread. The packet path allocates nothing.
+/// Timers by deadline: `nextDeadline` says when `handleTimeout` next has work (a throttled or
+/// retried keyframe request, a NACK retry, receiver reports while RTP arrives); nil means
+/// never, and calling `handleTimeout` before the deadline does nothing (no scan). Reading
+/// `nextDeadline` is O(1). Loss recovery (docs/architecture.md "Loss recovery"): each video
+/// producer keeps its recent packets in a `RetransmissionBuffer` for subscribers' NACKs and a
+/// `NackGenerator` for its own publisher's gaps. The packet path is in
+/// MediaEngine+Forwarding.swift, RTCP in MediaEngine+Feedback.swift, timers in
+/// MediaEngine+Timers.swift. Not thread-safe: lives on one media worker thread. The packet
+/// path allocates nothing.
 public final class MediaEngine {
     struct TransportEntry {
         var active = false
@@ -20,6 +25,8 @@ public final class MediaEngine {
         var receiveSsrcs = ContiguousArray<(ssrc: UInt32, producer: Int32)>()
         /// Consumers sending on this transport (for incoming RTCP feedback).
         var consumers = ContiguousArray<Int32>()
+        /// Smoothed round-trip time from the receiver reports of this transport's peer; 0 unknown.
+        var roundTripTime: Nanoseconds = 0
     }
 
     struct Producer {
@@ -28,10 +35,20 @@ public final class MediaEngine {
         var parameters: ProducerParameters
         var consumers = ContiguousArray<Int32>()
         var stream = RtpStream()
-        var keyFrames = KeyFrameRequester()
+        var keyFrames: KeyFrameRequester
         var keyFrameRequests: UInt64 = 0
+        /// Why the throttled request waiting in `keyFrames` was made.
+        var pendingKeyFrameCause = KeyFrameCause.consumerStart
+        /// `stream.packets` when the last keyframe request went out (a silent producer is not asked again).
+        var packetsAtKeyFrameRequest: UInt64 = 0
         /// `stream.packets` when the last receiver report for it went out.
         var reportedPackets: UInt64 = 0
+        /// Video: the packets kept for subscribers' NACKs (one per producer, shared by its consumers).
+        var retransmissions: RetransmissionBuffer?
+        /// Video whose publisher negotiated `nack`: its gaps, NACKed to the publisher.
+        var nack: NackGenerator?
+        var nacksSent: UInt64 = 0
+        var packetsRecovered: UInt64 = 0
     }
 
     struct Consumer {
@@ -44,6 +61,16 @@ public final class MediaEngine {
         var packetsSent: UInt64 = 0
         var bytesSent: UInt64 = 0
         var octetsSent: UInt64 = 0
+        /// The next sequence number of this consumer's RTX stream.
+        var rtxSequence: UInt16 = 0
+        var nacksReceived: UInt64 = 0
+        var packetsRetransmitted: UInt64 = 0
+        /// The middle 32 bits of the NTP time of the last sender report sent, and when (for
+        /// the round-trip time from the subscriber's report, RFC 3550 6.4.1).
+        var lastSenderReport: UInt32 = 0
+        var lastSenderReportAt: Nanoseconds = 0
+        /// The subscriber's last report block about this consumer.
+        var report: ReportBlock?
     }
 
     public static let slotSize = 1600
@@ -51,40 +78,68 @@ public final class MediaEngine {
     /// The largest clear RTP packet forwarded; larger ones are dropped (`DropReason.oversize`).
     public static let maxPacketLength = slotSize - srtpTrailerRoom
 
-    private var transports = ContiguousArray<TransportEntry>()
-    private var producers = ContiguousArray<Producer>()
-    private var consumers = ContiguousArray<Consumer>()
+    var transports = ContiguousArray<TransportEntry>()
+    var producers = ContiguousArray<Producer>()
+    var consumers = ContiguousArray<Consumer>()
     private var freeTransports: [Int32] = []
     private var freeProducers: [Int32] = []
     private var freeConsumers: [Int32] = []
 
     // Outbox: preallocated slots; `pending` transmits in order.
-    private let outbox: UnsafeMutableRawPointer
-    private let outboxSlots: Int
+    let outbox: UnsafeMutableRawPointer
+    let outboxSlots: Int
     private let pendingTransports: UnsafeMutablePointer<Int32>
     private let pendingGenerations: UnsafeMutablePointer<UInt32>
     private let pendingLengths: UnsafeMutablePointer<Int32>
     private let pendingIsRtcp: UnsafeMutablePointer<Bool>
-    public private(set) var transmitCount = 0
+    public internal(set) var transmitCount = 0
+    /// Sequence numbers of one NACK being written (`NackGenerator.poll`).
+    let nackScratch: UnsafeMutablePointer<UInt16>
+    static let nackScratchCount = 128
+    /// Per consumer slot, `resendSlots` entries: which sequence number was last resent in that
+    /// entry (indexed by sequence modulo `resendSlots`) and when, so one packet goes to one
+    /// consumer at most once per round-trip time.
+    var resentSequences = ContiguousArray<UInt16>()
+    var resentAt = ContiguousArray<Nanoseconds>()
+    static let resendSlots = 64
+    public let tuning: EngineTuning
 
     // Counters.
-    public private(set) var rtpPacketsReceived: UInt64 = 0
-    public private(set) var rtpBytesReceived: UInt64 = 0
+    public internal(set) var rtpPacketsReceived: UInt64 = 0
+    public internal(set) var rtpBytesReceived: UInt64 = 0
     /// RTP copies queued in the outbox for consumers (the worker counts what it actually sent).
-    public private(set) var rtpPacketsQueued: UInt64 = 0
-    public private(set) var rtpBytesQueued: UInt64 = 0
-    public private(set) var rtcpPacketsReceived: UInt64 = 0
-    public private(set) var keyFrameRequestsSent: UInt64 = 0
-    public private(set) var nacksReceived: UInt64 = 0
-    private var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
+    public internal(set) var rtpPacketsQueued: UInt64 = 0
+    public internal(set) var rtpBytesQueued: UInt64 = 0
+    public internal(set) var rtcpPacketsReceived: UInt64 = 0
+    public internal(set) var keyFrameRequestsSent: UInt64 = 0
+    /// Generic NACK packets received from subscribers / sent to publishers.
+    public internal(set) var nacksReceived: UInt64 = 0
+    public internal(set) var nacksSent: UInt64 = 0
+    /// Packets resent to subscribers (RTX or plain) on their NACKs.
+    public internal(set) var packetsRetransmitted: UInt64 = 0
+    /// NACKed packets found in / missing from the retransmission store (too old, never received,
+    /// or sent before the consumer's current run).
+    public internal(set) var retransmissionHits: UInt64 = 0
+    public internal(set) var retransmissionMisses: UInt64 = 0
+    /// NACKed packets not resent because the same consumer got them less than an RTT ago.
+    public internal(set) var retransmissionsThrottled: UInt64 = 0
+    /// Packets a publisher resent as RTX that filled a gap, and missing packets that arrived later at all.
+    public internal(set) var rtxRecovered: UInt64 = 0
+    public internal(set) var packetsRecovered: UInt64 = 0
+    var keyFrameRequestsByCause = ContiguousArray<UInt64>(repeating: 0, count: KeyFrameCause.allCases.count)
+    var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
     public static let reportInterval: Nanoseconds = 1_000_000_000
-    /// The earliest throttled keyframe request's deadline (`.max`: none pending).
-    private var keyFrameDeadline: Nanoseconds = .max
+    /// The earliest keyframe request's deadline, throttled or retried (`.max`: none).
+    var keyFrameDeadline: Nanoseconds = .max
     /// When receiver reports are next due (`.max`: no RTP arrived since the last ones).
-    private var reportDeadline: Nanoseconds = .max
+    var reportDeadline: Nanoseconds = .max
+    /// The earliest NACK retry or give-up of any producer (`.max`: nothing missing).
+    var nackDeadline: Nanoseconds = .max
 
-    public init(outboxSlots: Int = 512) {
+    public init(outboxSlots: Int = 512, tuning: EngineTuning = EngineTuning()) {
+        self.tuning = tuning
         self.outboxSlots = outboxSlots
+        nackScratch = .allocate(capacity: Self.nackScratchCount)
         outbox = UnsafeMutableRawPointer.allocate(byteCount: outboxSlots * Self.slotSize, alignment: 16)
         pendingTransports = .allocate(capacity: outboxSlots)
         pendingGenerations = .allocate(capacity: outboxSlots)
@@ -98,6 +153,7 @@ public final class MediaEngine {
         pendingGenerations.deallocate()
         pendingLengths.deallocate()
         pendingIsRtcp.deallocate()
+        nackScratch.deallocate()
     }
 
     // MARK: Control (not on the packet path; may allocate)
@@ -138,8 +194,16 @@ public final class MediaEngine {
             throw .ssrcInUse(entry.ssrc)
         }
         if let rtx = parameters.rtxSsrc, rtx == parameters.ssrc { throw .ssrcInUse(rtx) }
-        var producer = Producer(parameters: parameters)
+        var producer = Producer(parameters: parameters,
+                                keyFrames: KeyFrameRequester(retryInterval: tuning.keyFrameRetryInterval))
         producer.active = true
+        if parameters.kind == .video {
+            producer.retransmissions = RetransmissionBuffer(capacity: tuning.retransmissionPackets,
+                                                            maxAge: tuning.retransmissionMaxAge)
+            if parameters.nack {
+                producer.nack = NackGenerator(maxAge: tuning.nackMaxAge, maxRetries: tuning.nackMaxRetries)
+            }
+        }
         let id: Int32
         if let slot = freeProducers.popLast() {
             producer.generation = producers[Int(slot)].generation
@@ -165,6 +229,8 @@ public final class MediaEngine {
         producers[slot].active = false
         producers[slot].generation &+= 1
         producers[slot].consumers = []
+        producers[slot].retransmissions = nil
+        producers[slot].nack = nil
         freeProducers.append(raw)
     }
 
@@ -183,18 +249,23 @@ public final class MediaEngine {
                                        initialSequence: UInt16.random(in: 0...0x7FFF, using: &rng),
                                        initialTimestamp: UInt32.random(in: 0...UInt32.max, using: &rng)),
             waitingForKeyFrame: pp.kind == .video)
+        consumer.rtxSequence = UInt16.random(in: 0...0x7FFF, using: &rng)
         let id: Int32
         if let slot = freeConsumers.popLast() {
             consumer.generation = consumers[Int(slot)].generation
             consumers[Int(slot)] = consumer
             id = slot
+            let base = Int(slot) * Self.resendSlots
+            for i in base..<(base + Self.resendSlots) { resentAt[i] = 0 }
         } else {
             consumers.append(consumer)
             id = Int32(truncatingIfNeeded: consumers.count - 1)
+            resentSequences.append(contentsOf: repeatElement(0, count: Self.resendSlots))
+            resentAt.append(contentsOf: repeatElement(0, count: Self.resendSlots))
         }
         producers[Int(p.slot)].consumers.append(id)
         transports[Int(parameters.transport.slot)].consumers.append(id)
-        if pp.kind == .video { requestKeyFrame(p, now: now) }
+        if pp.kind == .video { requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart) }
         return consumerId(Int(id))
     }
 
@@ -221,7 +292,7 @@ public final class MediaEngine {
                 consumers[Int(c)].rewriter.resync()
                 consumers[Int(c)].waitingForKeyFrame = isVideo
             }
-            if isVideo { requestKeyFrame(p, now: now) }
+            if isVideo { requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart) }
         }
     }
 
@@ -235,30 +306,40 @@ public final class MediaEngine {
             guard isActive(p), producers[Int(p.slot)].parameters.kind == .video else { continue }
             consumers[Int(c)].rewriter.resync()
             consumers[Int(c)].waitingForKeyFrame = true
-            requestKeyFrame(p, now: now)
+            requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart)
         }
     }
 
-    /// Asks the producer's sender for a keyframe, throttled per producer.
-    public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds) {
+    /// Asks the producer's sender for a keyframe (throttled per producer, retried until one arrives).
+    public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds, cause: KeyFrameCause = .control) {
         guard isActive(p) else { return }
-        if producers[Int(p.slot)].keyFrames.request(now: now) {
-            emitKeyFrameRequest(Int(p.slot))
-        } else if let due = producers[Int(p.slot)].keyFrames.deadline {
-            keyFrameDeadline = min(keyFrameDeadline, due)
-        }
+        requestKeyFrame(slot: Int(p.slot), now: now, cause: cause)
     }
 
     public func producerStats(_ p: ProducerId) -> ProducerStats? {
         guard isActive(p) else { return nil }
         let pr = producers[Int(p.slot)]
-        return ProducerStats(packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes, keyFrameRequests: pr.keyFrameRequests)
+        return ProducerStats(packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes,
+                             keyFrameRequests: pr.keyFrameRequests, nacksSent: pr.nacksSent,
+                             packetsRecovered: pr.packetsRecovered, packetsLost: pr.stream.cumulativeLost,
+                             jitter: pr.stream.jitter)
     }
     public func consumerStats(_ c: ConsumerId) -> ConsumerStats? {
         guard isActive(c) else { return nil }
-        return ConsumerStats(packetsSent: consumers[Int(c.slot)].packetsSent, bytesSent: consumers[Int(c.slot)].bytesSent)
+        let co = consumers[Int(c.slot)]
+        var stats = ConsumerStats(packetsSent: co.packetsSent, bytesSent: co.bytesSent, nacksReceived: co.nacksReceived,
+                                  packetsRetransmitted: co.packetsRetransmitted)
+        if let r = co.report {
+            stats.fractionLost = r.fractionLost
+            stats.packetsLost = r.cumulativeLost
+            stats.jitter = r.jitter
+        }
+        let t = co.parameters.transport
+        if isActive(t), transports[Int(t.slot)].roundTripTime != 0 { stats.roundTripTime = transports[Int(t.slot)].roundTripTime }
+        return stats
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }
+    public func keyFrameRequests(_ cause: KeyFrameCause) -> UInt64 { keyFrameRequestsByCause[cause.rawValue] }
     /// True when RTP with `ssrc` is expected on `t` (a producer's SSRC or RTX SSRC there).
     /// For the transport to drop packets of unknown streams before `srtp_unprotect`, which
     /// would otherwise set up libsrtp state for each new SSRC. Allocation-free.
@@ -270,133 +351,6 @@ public final class MediaEngine {
     }
     public var activeProducerCount: Int { producers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
     public var activeConsumerCount: Int { consumers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
-
-    // MARK: Packet path (no allocation, no locks, no String)
-
-    /// Forwards one clear RTP packet received on `transport` to every consumer of its producer.
-    public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds) {
-        rtpPacketsReceived &+= 1
-        rtpBytesReceived &+= UInt64(packet.count)
-        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
-        let t = Int(transport.slot)
-        // A packet larger than an outbox slot would be forwarded cut short: dropped.
-        guard packet.count <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return }
-        guard let view = RtpPacketView(packet), let source = packet.baseAddress else {
-            drops[DropReason.malformedRtp.rawValue] &+= 1; return
-        }
-        let ssrc = view.ssrc
-        var found: Int32 = Int32.min
-        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
-        if found == Int32.min { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
-        if found < 0 { drops[DropReason.retransmission.rawValue] &+= 1; return }
-        let p = Int(found)
-        let sequence = view.sequenceNumber, timestamp = view.timestamp
-        producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: packet.count, now: now,
-                                     clockRate: producers[p].parameters.clockRate)
-        if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
-        if producers[p].parameters.paused { drops[DropReason.producerPaused.rawValue] &+= 1; return }
-        if view.payloadType != producers[p].parameters.payloadType {
-            drops[DropReason.unknownPayloadType.rawValue] &+= 1; return
-        }
-        let isVideo = producers[p].parameters.kind == .video
-        let isKey = isVideo && isKeyframe(codec: producers[p].parameters.codec, payload: UnsafeRawBufferPointer(view.payload))
-        let count = producers[p].consumers.count
-        var i = 0
-        while i < count {
-            let c = Int(producers[p].consumers[i])
-            i += 1
-            if consumers[c].waitingForKeyFrame {
-                if !isKey { drops[DropReason.waitingForKeyFrame.rawValue] &+= 1; continue }
-                consumers[c].waitingForKeyFrame = false
-            }
-            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
-            let slot = outbox + transmitCount * Self.slotSize
-            let length = packet.count
-            slot.copyMemory(from: source, byteCount: length)
-            guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
-                drops[DropReason.reparseFailed.rawValue] &+= 1; continue
-            }
-            let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
-            let o = out
-            o.ssrc = consumers[c].parameters.ssrc
-            o.payloadType = consumers[c].parameters.payloadType
-            o.sequenceNumber = outSeq
-            o.timestamp = outTs
-            o.remapExtensionIds(consumers[c].parameters.extensionIds)
-            consumers[c].packetsSent &+= 1
-            consumers[c].bytesSent &+= UInt64(length)
-            consumers[c].octetsSent &+= UInt64(o.payloadLength)
-            pendingTransports[transmitCount] = Int32(truncatingIfNeeded: consumers[c].parameters.transport.slot)
-            pendingGenerations[transmitCount] = consumers[c].parameters.transport.generation
-            pendingLengths[transmitCount] = Int32(length)
-            pendingIsRtcp[transmitCount] = false
-            transmitCount += 1
-            rtpPacketsQueued &+= 1
-            rtpBytesQueued &+= UInt64(length)
-        }
-    }
-
-    /// Handles one clear (compound) RTCP packet received on `transport`.
-    public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
-        rtcpPacketsReceived &+= 1
-        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
-        let t = Int(transport.slot)
-        var it = RtcpIterator(packet)
-        while let p = it.next() {
-            if let sr = SenderReport(p) {
-                handleSenderReport(sr, transport: t, now: now)
-            } else if let pli = PictureLossIndication(p) {
-                keyFrameRequested(mediaSsrc: pli.mediaSsrc, transport: t, now: now)
-            } else if let fir = FullIntraRequest(p) {
-                for i in 0..<fir.entryCount {
-                    if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
-                }
-            } else if GenericNack(p) != nil {
-                nacksReceived &+= 1
-            }
-        }
-        if it.malformed { drops[DropReason.malformedRtcp.rawValue] &+= 1 }
-    }
-
-    /// When `handleTimeout` next has work; nil when nothing is pending (an idle engine, or
-    /// producers that are silent and owe no keyframe request). O(1).
-    public var nextDeadline: Nanoseconds? {
-        let soonest = min(keyFrameDeadline, reportDeadline)
-        return soonest == .max ? nil : soonest
-    }
-
-    /// Sends the keyframe requests and receiver reports due at `now`. Before `nextDeadline`
-    /// it returns at once: no scan of producers.
-    public func handleTimeout(now: Nanoseconds) {
-        if now >= keyFrameDeadline {
-            var soonest: Nanoseconds = .max
-            for p in producers.indices where producers[p].active && producers[p].keyFrames.pending {
-                if producers[p].keyFrames.poll(now: now) { emitKeyFrameRequest(p) }
-                if let due = producers[p].keyFrames.deadline { soonest = min(soonest, due) }
-            }
-            keyFrameDeadline = soonest
-        }
-        if now >= reportDeadline {
-            // Report the streams heard from since the last reports (RFC 3550 6.4.2); while any
-            // was, report again in an interval, else wait for the next RTP packet.
-            var reported = false
-            for p in producers.indices where producers[p].active && producers[p].stream.packets != producers[p].reportedPackets {
-                let transport = producers[p].parameters.transport
-                guard isActive(transport) else { continue }
-                let t = Int(transport.slot)
-                guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; break }
-                producers[p].reportedPackets = producers[p].stream.packets
-                reported = true
-                let block = producers[p].stream.reportBlock(ssrc: producers[p].parameters.ssrc, now: now)
-                let slot = outbox + transmitCount * Self.slotSize
-                let n = RtcpWriter.receiverReport(
-                    into: UnsafeMutableRawBufferPointer(start: slot, count: Self.maxPacketLength),
-                    senderSsrc: transports[t].feedbackSsrc, block: block)
-                if n > 0 { enqueue(transport: transport, length: n, isRtcp: true) }
-            }
-            reportDeadline = reported ? now &+ Self.reportInterval : .max
-        }
-    }
 
     // MARK: Outbox
 
@@ -411,77 +365,28 @@ public final class MediaEngine {
     // MARK: Private
 
     // An id is live when its slot exists, is in use, and still has the id's generation.
-    @inline(__always) private func isActive(_ t: TransportIndex) -> Bool {
+    @inline(__always) func isActive(_ t: TransportIndex) -> Bool {
         Int(t.slot) < transports.count && transports[Int(t.slot)].active && transports[Int(t.slot)].generation == t.generation
     }
-    @inline(__always) private func isActive(_ p: ProducerId) -> Bool {
+    @inline(__always) func isActive(_ p: ProducerId) -> Bool {
         Int(p.slot) < producers.count && producers[Int(p.slot)].active && producers[Int(p.slot)].generation == p.generation
     }
-    @inline(__always) private func isActive(_ c: ConsumerId) -> Bool {
+    @inline(__always) func isActive(_ c: ConsumerId) -> Bool {
         Int(c.slot) < consumers.count && consumers[Int(c.slot)].active && consumers[Int(c.slot)].generation == c.generation
     }
-    private func producerId(_ slot: Int) -> ProducerId {
+    func producerId(_ slot: Int) -> ProducerId {
         ProducerId(slot: UInt32(truncatingIfNeeded: slot), generation: producers[slot].generation)
     }
-    private func consumerId(_ slot: Int) -> ConsumerId {
+    func consumerId(_ slot: Int) -> ConsumerId {
         ConsumerId(slot: UInt32(truncatingIfNeeded: slot), generation: consumers[slot].generation)
     }
 
-    private func enqueue(transport: TransportIndex, length: Int, isRtcp: Bool) {
+    @inline(__always)
+    func enqueue(transport: TransportIndex, length: Int, isRtcp: Bool) {
         pendingTransports[transmitCount] = Int32(truncatingIfNeeded: transport.slot)
         pendingGenerations[transmitCount] = transport.generation
         pendingLengths[transmitCount] = Int32(length)
         pendingIsRtcp[transmitCount] = isRtcp
         transmitCount += 1
-    }
-
-    private func emitKeyFrameRequest(_ p: Int) {
-        let params = producers[p].parameters
-        guard params.keyFrameRequest != .none, transmitCount < outboxSlots, isActive(params.transport) else { return }
-        let t = Int(params.transport.slot)
-        let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
-                                                 count: Self.maxPacketLength)
-        let n: Int
-        if params.keyFrameRequest == .fir {
-            n = RtcpWriter.fir(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc,
-                               sequence: producers[p].keyFrames.firSequence)
-        } else {
-            n = RtcpWriter.pli(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc)
-        }
-        guard n > 0 else { return }
-        enqueue(transport: params.transport, length: n, isRtcp: true)
-        producers[p].keyFrameRequests &+= 1
-        keyFrameRequestsSent &+= 1
-    }
-
-    private func keyFrameRequested(mediaSsrc: UInt32, transport t: Int, now: Nanoseconds) {
-        for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == mediaSsrc {
-            requestKeyFrame(consumers[Int(c)].parameters.producer, now: now)
-            return
-        }
-    }
-
-    /// Translates a publisher's sender report for each started consumer (lip sync needs the
-    /// NTP <-> RTP mapping in each subscriber's own timestamp space).
-    private func handleSenderReport(_ sr: SenderReport, transport t: Int, now: Nanoseconds) {
-        let ssrc = sr.ssrc
-        var found = -1
-        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc && entry.producer >= 0 {
-            found = Int(entry.producer); break
-        }
-        guard found >= 0 else { return }
-        producers[found].stream.receivedSenderReport(ntp: sr.ntpTimestamp, rtpTimestamp: sr.rtpTimestamp, now: now)
-        for c in producers[found].consumers where consumers[Int(c)].rewriter.hasStarted {
-            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
-            let consumer = consumers[Int(c)]
-            let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
-                                                     count: Self.maxPacketLength)
-            let n = RtcpWriter.senderReport(
-                into: slot, ssrc: consumer.parameters.ssrc, ntpTimestamp: sr.ntpTimestamp,
-                rtpTimestamp: consumer.rewriter.translate(timestamp: sr.rtpTimestamp),
-                packetCount: UInt32(truncatingIfNeeded: consumer.packetsSent),
-                octetCount: UInt32(truncatingIfNeeded: consumer.octetsSent))
-            if n > 0 { enqueue(transport: consumer.parameters.transport, length: n, isRtcp: true) }
-        }
     }
 }

@@ -22,6 +22,14 @@ public struct RtpStream: Sendable {
 
     public init() {}
 
+    /// Packets never received so far (RFC 3550 A.3: expected minus received; negative with duplicates).
+    public var cumulativeLost: Int64 {
+        guard packets > 0 else { return 0 }
+        return Int64(truncatingIfNeeded: highestSequence &- baseSequence &+ 1) &- Int64(truncatingIfNeeded: packets)
+    }
+    /// Interarrival jitter in timestamp units.
+    public var jitter: UInt32 { jitterQ4 >> 4 }
+
     @inline(__always)
     public mutating func received(sequence: UInt16, timestamp: UInt32, length: Int, now: Nanoseconds, clockRate: UInt32) {
         let ext = unwrapper.unwrap(sequence)

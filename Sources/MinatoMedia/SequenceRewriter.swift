@@ -8,6 +8,8 @@ public struct SequenceRewriter: Sendable {
     public private(set) var lastTimestamp: UInt32
     public private(set) var lastSentAt: Nanoseconds = 0
     public private(set) var needsSync = true
+    /// The first outgoing sequence number of the current run (since the last resync).
+    public private(set) var runStart: UInt16 = 0
     private var started = false
     private let clockRate: UInt32
 
@@ -37,6 +39,7 @@ public struct SequenceRewriter: Sendable {
                 nextTs = lastTimestamp &+ max(ticks, 1)
             }
             sequenceOffset = nextSeq &- sequence
+            runStart = nextSeq
             timestampOffset = nextTs &- timestamp
             started = true
         }
@@ -49,6 +52,14 @@ public struct SequenceRewriter: Sendable {
             lastSentAt = now
         }
         return (outSeq, outTs)
+    }
+
+    /// The producer's sequence number for an outgoing one this consumer already sent in the
+    /// current run (for answering a NACK); nil for numbers before the run or not sent yet.
+    public func original(of outgoing: UInt16) -> UInt16? {
+        guard started, !needsSync, Int16(bitPattern: outgoing &- runStart) >= 0,
+              Int16(bitPattern: lastSequence &- outgoing) >= 0 else { return nil }
+        return outgoing &- sequenceOffset
     }
 
     /// Translates a producer RTP timestamp (e.g. from a sender report) into this stream.

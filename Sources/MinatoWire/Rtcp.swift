@@ -435,6 +435,38 @@ public enum RtcpWriter {
         return 16
     }
 
+    /// One generic NACK for `count` sequence numbers in increasing order (modulo 2^16), packed
+    /// into as few (pid, blp) pairs as fit: each pair covers its pid and the 16 numbers after
+    /// it. Returns 0 (writing nothing) when `count` is 0 or not even one pair fits; when the
+    /// buffer fills, the later numbers are left out.
+    @inlinable
+    public static func nack(
+        into b: UnsafeMutableRawBufferPointer, senderSsrc: UInt32, mediaSsrc: UInt32,
+        sequences: UnsafePointer<UInt16>, count: Int
+    ) -> Int {
+        guard count > 0, b.count >= 16 else { return 0 }
+        b.setWireU32(4, senderSsrc)
+        b.setWireU32(8, mediaSsrc)
+        var length = 12
+        var i = 0
+        while i < count, length + 4 <= b.count {
+            let pid = sequences[i]
+            var blp: UInt16 = 0
+            i += 1
+            while i < count {
+                let d = sequences[i] &- pid
+                guard d >= 1, d <= 16 else { break }
+                blp |= 1 << (d - 1)
+                i += 1
+            }
+            b.setWireU16(length, pid)
+            b.setWireU16(length + 2, blp)
+            length += 4
+        }
+        header(b, count: 1, type: RtcpPacketType.transportFeedback, length: length)
+        return length
+    }
+
     /// REMB with one media SSRC. `bitrate` is encoded with the smallest exponent that fits
     /// the 18-bit mantissa (rounding down).
     @inlinable

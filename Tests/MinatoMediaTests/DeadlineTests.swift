@@ -12,12 +12,16 @@ import MinatoWire
         #expect(engine.transmitCount == 0 && engine.nextDeadline == nil)
     }
 
-    @Test func aRoomWithoutTrafficHasNoDeadline() throws {
+    @Test func aRoomWithoutTrafficStopsWakingAfterOneRetryCheck() throws {
         let h = EngineHarness()
         let p = try h.producer()
         _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0)
         #expect(h.drain().filter(\.isPli).count == 1)      // the first request goes out at once
-        #expect(h.engine.nextDeadline == nil)
+        // One check when a retry would be due; the publisher sent nothing, so no retry.
+        let check = h.now + KeyFrameRequester.defaultRetryInterval
+        #expect(h.engine.nextDeadline == check)
+        h.engine.handleTimeout(now: check)
+        #expect(h.drain().isEmpty && h.engine.nextDeadline == nil)
         for _ in 0..<10 {
             h.now &+= 1_000_000_000
             h.engine.handleTimeout(now: h.now)
@@ -39,7 +43,8 @@ import MinatoWire
         #expect(h.drain().isEmpty && h.engine.nextDeadline == due)
         h.engine.handleTimeout(now: due)
         #expect(h.drain().filter(\.isPli).count == 1)
-        #expect(h.engine.nextDeadline == nil)
+        // Next: the check whether that request brought a keyframe.
+        #expect(h.engine.nextDeadline == due + KeyFrameRequester.defaultRetryInterval)
     }
 
     @Test func theSoonestOfSeveralProducersIsReported() throws {
@@ -61,7 +66,7 @@ import MinatoWire
         #expect(h.engine.nextDeadline == bSent + KeyFrameRequester.defaultInterval)
         h.engine.handleTimeout(now: bSent + KeyFrameRequester.defaultInterval)
         #expect(h.drain().filter(\.isPli).count == 1)
-        #expect(h.engine.nextDeadline == nil)
+        #expect(h.engine.nextDeadline == aSent + KeyFrameRequester.defaultInterval + KeyFrameRequester.defaultRetryInterval)
     }
 
     @Test func receiverReportsStopWhenTheTrafficStops() throws {
@@ -85,16 +90,19 @@ import MinatoWire
         #expect(h.engine.nextDeadline == h.now + MediaEngine.reportInterval)
     }
 
-    @Test func keyFrameRequesterReportsItsDeadlineOnlyWhilePending() {
-        var k = KeyFrameRequester(interval: 100)
+    @Test func keyFrameRequesterReportsItsDeadlineWhilePendingOrAwaiting() {
+        var k = KeyFrameRequester(interval: 100, retryInterval: 1_000)
         #expect(k.deadline == nil)
         let first = k.request(now: 1_000)
-        #expect(first && k.deadline == nil)
+        #expect(first && k.deadline == 2_000)               // retry check
         let throttled = k.request(now: 1_050)
         #expect(!throttled && k.deadline == 1_100)
         let early = k.poll(now: 1_099)
         let due = k.poll(now: 1_100)
-        #expect(!early && due)
-        #expect(k.deadline == nil)
+        #expect(early == nil && due == .throttled)
+        #expect(k.deadline == 2_100)
+        #expect(k.poll(now: 2_100) == .retry)
+        k.keyFrameArrived()
+        #expect(k.deadline == nil && k.poll(now: 9_000) == nil)
     }
 }

@@ -1,0 +1,170 @@
+internal import MinatoWire
+
+// RTCP: what subscribers and publishers tell the engine (reports, NACK, PLI/FIR) and the
+// feedback it sends to publishers (NACK, PLI/FIR). Allocation-free like the packet path.
+extension MediaEngine {
+    /// Handles one clear (compound) RTCP packet received on `transport`.
+    public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
+        rtcpPacketsReceived &+= 1
+        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        let t = Int(transport.slot)
+        var it = RtcpIterator(packet)
+        while let p = it.next() {
+            if let sr = SenderReport(p) {
+                handleSenderReport(sr, transport: t, now: now)
+                for i in 0..<sr.reportCount {
+                    if let block = sr.reportBlock(at: i) { receivedReport(block, transport: t, now: now) }
+                }
+            } else if let rr = ReceiverReport(p) {
+                for i in 0..<rr.reportCount {
+                    if let block = rr.reportBlock(at: i) { receivedReport(block, transport: t, now: now) }
+                }
+            } else if let pli = PictureLossIndication(p) {
+                keyFrameRequested(mediaSsrc: pli.mediaSsrc, transport: t, now: now)
+            } else if let fir = FullIntraRequest(p) {
+                for i in 0..<fir.entryCount {
+                    if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
+                }
+            } else if let nack = GenericNack(p) {
+                nacksReceived &+= 1
+                answer(nack, transport: t, now: now)
+            }
+        }
+        if it.malformed { drops[DropReason.malformedRtcp.rawValue] &+= 1 }
+    }
+
+    /// A subscriber's NACK: each listed packet of the consumer it names is resent (`resend`).
+    private func answer(_ nack: GenericNack, transport t: Int, now: Nanoseconds) {
+        let ssrc = nack.mediaSsrc
+        var found = -1
+        for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == ssrc { found = Int(c); break }
+        guard found >= 0 else { return }
+        consumers[found].nacksReceived &+= 1
+        for i in 0..<nack.pairCount {
+            guard let (pid, blp) = nack.pair(at: i) else { break }
+            resend(consumer: found, sequence: pid, now: now)
+            var bit: UInt16 = 0
+            while bit < 16 {
+                if blp & (1 << bit) != 0 { resend(consumer: found, sequence: pid &+ bit &+ 1, now: now) }
+                bit += 1
+            }
+        }
+    }
+
+    /// A report block from the peer of transport `t` about one of our streams: kept for the
+    /// consumer's stats, and the round-trip time when it echoes our last sender report
+    /// (RFC 3550 6.4.1: now - time the SR was sent - DLSR).
+    private func receivedReport(_ block: ReportBlock, transport t: Int, now: Nanoseconds) {
+        for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == block.ssrc {
+            let co = Int(c)
+            consumers[co].report = block
+            guard block.lastSR != 0, block.lastSR == consumers[co].lastSenderReport,
+                  consumers[co].lastSenderReportAt != 0 else { return }
+            // DLSR is in 1/65536 s: below 2^32 * 10^9 / 2^16, no overflow.
+            let delay = (UInt64(block.delaySinceLastSR) &* 1_000_000_000) >> 16
+            let elapsed = now &- consumers[co].lastSenderReportAt
+            guard elapsed > delay else { return }
+            let sample = max(elapsed - delay, 1)
+            let old = transports[t].roundTripTime
+            transports[t].roundTripTime = old == 0 ? sample : (old / 8) &* 7 &+ sample / 8
+            return
+        }
+    }
+
+    private func keyFrameRequested(mediaSsrc: UInt32, transport t: Int, now: Nanoseconds) {
+        for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == mediaSsrc {
+            let p = consumers[Int(c)].parameters.producer
+            if isActive(p) { requestKeyFrame(slot: Int(p.slot), now: now, cause: .subscriber) }
+            return
+        }
+    }
+
+    /// Translates a publisher's sender report for each started consumer (lip sync needs the
+    /// NTP <-> RTP mapping in each subscriber's own timestamp space).
+    private func handleSenderReport(_ sr: SenderReport, transport t: Int, now: Nanoseconds) {
+        let ssrc = sr.ssrc
+        var found = -1
+        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc && entry.producer >= 0 {
+            found = Int(entry.producer); break
+        }
+        guard found >= 0 else { return }
+        producers[found].stream.receivedSenderReport(ntp: sr.ntpTimestamp, rtpTimestamp: sr.rtpTimestamp, now: now)
+        for c in producers[found].consumers where consumers[Int(c)].rewriter.hasStarted {
+            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
+            let consumer = consumers[Int(c)]
+            let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
+                                                     count: Self.maxPacketLength)
+            let n = RtcpWriter.senderReport(
+                into: slot, ssrc: consumer.parameters.ssrc, ntpTimestamp: sr.ntpTimestamp,
+                rtpTimestamp: consumer.rewriter.translate(timestamp: sr.rtpTimestamp),
+                packetCount: UInt32(truncatingIfNeeded: consumer.packetsSent),
+                octetCount: UInt32(truncatingIfNeeded: consumer.octetsSent))
+            guard n > 0 else { continue }
+            consumers[Int(c)].lastSenderReport = sr.compactNtp
+            consumers[Int(c)].lastSenderReportAt = now
+            enqueue(transport: consumer.parameters.transport, length: n, isRtcp: true)
+        }
+    }
+
+    // MARK: Feedback to publishers
+
+    /// Asks producer `p`'s sender for a keyframe: at once, or when the throttle interval ends;
+    /// retried while none arrives (`KeyFrameRequester`).
+    func requestKeyFrame(slot p: Int, now: Nanoseconds, cause: KeyFrameCause) {
+        guard producers[p].parameters.keyFrameRequest != .none else { return }
+        let wasPending = producers[p].keyFrames.pending
+        if producers[p].keyFrames.request(now: now) {
+            emitKeyFrameRequest(p, cause: cause)
+        } else if !wasPending {
+            producers[p].pendingKeyFrameCause = cause
+        }
+        if let due = producers[p].keyFrames.deadline { keyFrameDeadline = min(keyFrameDeadline, due) }
+    }
+
+    func emitKeyFrameRequest(_ p: Int, cause: KeyFrameCause) {
+        let params = producers[p].parameters
+        producers[p].packetsAtKeyFrameRequest = producers[p].stream.packets
+        guard params.keyFrameRequest != .none, isActive(params.transport) else { return }
+        guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
+        let t = Int(params.transport.slot)
+        let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
+                                                 count: Self.maxPacketLength)
+        let n: Int
+        if params.keyFrameRequest == .fir {
+            n = RtcpWriter.fir(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc,
+                               sequence: producers[p].keyFrames.firSequence)
+        } else {
+            n = RtcpWriter.pli(into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: params.ssrc)
+        }
+        guard n > 0 else { return }
+        enqueue(transport: params.transport, length: n, isRtcp: true)
+        producers[p].keyFrameRequests &+= 1
+        keyFrameRequestsSent &+= 1
+        keyFrameRequestsByCause[cause.rawValue] &+= 1
+    }
+
+    /// NACKs what producer `p`'s `NackGenerator` says is due (new gaps, retries); asks for a
+    /// keyframe when it gave packets up. Keeps `nackDeadline` at or before its next work.
+    func sendNack(producer p: Int, now: Nanoseconds) {
+        let transport = producers[p].parameters.transport
+        let rtt = roundTripTime(transport)
+        let retry = max(rtt &+ rtt / 2, 20_000_000)
+        guard let (count, gaveUp) = producers[p].nack?.poll(now: now, retryInterval: retry, into: nackScratch,
+                                                            limit: Self.nackScratchCount) else { return }
+        if count > 0, isActive(transport), transmitCount < outboxSlots {
+            let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
+                                                     count: Self.maxPacketLength)
+            let n = RtcpWriter.nack(into: slot, senderSsrc: transports[Int(transport.slot)].feedbackSsrc,
+                                    mediaSsrc: producers[p].parameters.ssrc, sequences: nackScratch, count: count)
+            if n > 0 {
+                enqueue(transport: transport, length: n, isRtcp: true)
+                producers[p].nacksSent &+= 1
+                nacksSent &+= 1
+            }
+        } else if count > 0 {
+            drops[DropReason.outboxFull.rawValue] &+= 1
+        }
+        if gaveUp { requestKeyFrame(slot: p, now: now, cause: .nackGaveUp) }
+        if let due = producers[p].nack?.deadline(retryInterval: retry) { nackDeadline = min(nackDeadline, due) }
+    }
+}

@@ -1,0 +1,199 @@
+internal import MinatoWire
+
+// The packet path: RTP from publishers, into the retransmission store once, out to every
+// consumer. No allocation, no locks, no String; every drop counted by reason.
+extension MediaEngine {
+    /// Forwards one clear RTP packet received on `transport` to every consumer of its producer.
+    /// RTX from a publisher (its `rtxSsrc`) is turned back into the original packet in place
+    /// (RFC 4588: the original sequence number is the payload's first two bytes) and then
+    /// handled like any other packet.
+    public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds) {
+        rtpPacketsReceived &+= 1
+        rtpBytesReceived &+= UInt64(packet.count)
+        guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        let t = Int(transport.slot)
+        // A packet larger than an outbox slot would be forwarded cut short: dropped.
+        guard packet.count <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return }
+        guard let view = RtpPacketView(packet), let base = packet.baseAddress else {
+            drops[DropReason.malformedRtp.rawValue] &+= 1; return
+        }
+        let ssrc = view.ssrc
+        var found: Int32 = Int32.min
+        for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
+        if found == Int32.min { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        if found >= 0 {
+            receive(producer: Int(found), view, now: now, repaired: false)
+            return
+        }
+        let p = Int(-1 - found)
+        guard let rtxPayloadType = producers[p].parameters.rtxPayloadType, view.payloadType == rtxPayloadType else {
+            drops[DropReason.unusableRtx.rawValue] &+= 1; return
+        }
+        guard view.payloadLength > 2 else { drops[DropReason.rtxPadding.rawValue] &+= 1; return }
+        let payload = view.payload
+        let original = UInt16(payload[0]) << 8 | UInt16(payload[1])
+        // Move the header two bytes on, over the original sequence number.
+        var i = view.headerLength
+        while i > 0 {
+            i -= 1
+            base.storeBytes(of: base.load(fromByteOffset: i, as: UInt8.self), toByteOffset: i + 2, as: UInt8.self)
+        }
+        guard let restored = RtpPacketView(UnsafeMutableRawBufferPointer(start: base + 2, count: packet.count - 2)) else {
+            drops[DropReason.malformedRtp.rawValue] &+= 1; return
+        }
+        restored.ssrc = producers[p].parameters.ssrc
+        restored.payloadType = producers[p].parameters.payloadType
+        restored.sequenceNumber = original
+        receive(producer: p, restored, now: now, repaired: true)
+    }
+
+    /// One packet of producer `p` (as the publisher first sent it): duplicate check, store,
+    /// receive statistics, gap detection, then a copy for each consumer.
+    @inline(__always)
+    func receive(producer p: Int, _ view: RtpPacketView, now: Nanoseconds, repaired: Bool) {
+        let sequence = view.sequenceNumber, timestamp = view.timestamp
+        if let store = producers[p].retransmissions {
+            if store.contains(sequence, now: now) { drops[DropReason.duplicate.rawValue] &+= 1; return }
+            store.store(sequence, packet: UnsafeRawBufferPointer(view.buffer), now: now)
+        }
+        producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: view.buffer.count, now: now,
+                                     clockRate: producers[p].parameters.clockRate)
+        if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
+        if let arrival = producers[p].nack?.received(sequence, now: now) {
+            switch arrival {
+            case .gap: sendNack(producer: p, now: now)
+            case .recovered:
+                producers[p].packetsRecovered &+= 1
+                packetsRecovered &+= 1
+                if repaired { rtxRecovered &+= 1 }
+            case .gapTooLarge: requestKeyFrame(slot: p, now: now, cause: .nackGaveUp)
+            case .inOrder, .old: break
+            }
+        }
+        if producers[p].parameters.paused { drops[DropReason.producerPaused.rawValue] &+= 1; return }
+        let isRed = view.payloadType == producers[p].parameters.redPayloadType
+        if view.payloadType != producers[p].parameters.payloadType && !isRed {
+            drops[DropReason.unknownPayloadType.rawValue] &+= 1; return
+        }
+        let isVideo = producers[p].parameters.kind == .video
+        let isKey = isVideo && isKeyframe(codec: producers[p].parameters.codec, payload: UnsafeRawBufferPointer(view.payload))
+        if isKey, let due = producers[p].keyFrames.deadline {
+            // The keyframe answers the requests: their timer may go (a scan, once per request).
+            producers[p].keyFrames.keyFrameArrived()
+            if due == keyFrameDeadline { keyFrameDeadline = soonestKeyFrameDeadline() }
+        }
+        // RED reduced to its primary block, for consumers that did not negotiate RED.
+        let primary = isRed ? RedPayload.primary(in: UnsafeRawBufferPointer(view.payload)) : nil
+        guard let source = UnsafeRawPointer(view.buffer.baseAddress) else { drops[DropReason.malformedRtp.rawValue] &+= 1; return }
+        let count = producers[p].consumers.count
+        var i = 0
+        while i < count {
+            let c = Int(producers[p].consumers[i])
+            i += 1
+            if consumers[c].waitingForKeyFrame {
+                if !isKey { drops[DropReason.waitingForKeyFrame.rawValue] &+= 1; continue }
+                consumers[c].waitingForKeyFrame = false
+            }
+            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
+            let slot = outbox + transmitCount * Self.slotSize
+            var length = view.buffer.count
+            var payloadType = consumers[c].parameters.payloadType
+            if isRed {
+                if let red = consumers[c].parameters.redPayloadType {
+                    payloadType = red
+                    slot.copyMemory(from: source, byteCount: length)
+                } else {
+                    guard let primary else { drops[DropReason.malformedRed.rawValue] &+= 1; continue }
+                    let h = view.headerLength
+                    slot.copyMemory(from: source, byteCount: h)
+                    (slot + h).copyMemory(from: source + h + primary.offset, byteCount: primary.length)
+                    // The RED packet's padding (if any) stays behind.
+                    slot.storeBytes(of: slot.load(as: UInt8.self) & ~0x20, as: UInt8.self)
+                    length = h + primary.length
+                }
+            } else {
+                slot.copyMemory(from: source, byteCount: length)
+            }
+            guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
+                drops[DropReason.reparseFailed.rawValue] &+= 1; continue
+            }
+            let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
+            out.ssrc = consumers[c].parameters.ssrc
+            out.payloadType = payloadType
+            out.sequenceNumber = outSeq
+            out.timestamp = outTs
+            out.remapExtensionIds(consumers[c].parameters.extensionIds)
+            consumers[c].packetsSent &+= 1
+            consumers[c].bytesSent &+= UInt64(length)
+            consumers[c].octetsSent &+= UInt64(out.payloadLength)
+            enqueue(transport: consumers[c].parameters.transport, length: length, isRtcp: false)
+            rtpPacketsQueued &+= 1
+            rtpBytesQueued &+= UInt64(length)
+        }
+    }
+
+    /// Resends consumer `c`'s packet `sequence` (its own numbering) from the producer's store:
+    /// as RTX (RFC 4588) when the subscriber negotiated it, else as first sent. At most once
+    /// per round-trip time for the same consumer and packet.
+    func resend(consumer c: Int, sequence: UInt16, now: Nanoseconds) {
+        let pid = consumers[c].parameters.producer
+        guard isActive(pid), let store = producers[Int(pid.slot)].retransmissions,
+              let original = consumers[c].rewriter.original(of: sequence),
+              let stored = store.packet(original, now: now), let storedBase = stored.baseAddress
+        else { retransmissionMisses &+= 1; return }
+        retransmissionHits &+= 1
+        let transport = consumers[c].parameters.transport
+        let mark = c * Self.resendSlots + Int(sequence) % Self.resendSlots
+        let rtt = max(roundTripTime(transport), 5_000_000)
+        if resentSequences[mark] == sequence, resentAt[mark] != 0, now &- resentAt[mark] < rtt {
+            retransmissionsThrottled &+= 1; return
+        }
+        guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
+        let slot = outbox + transmitCount * Self.slotSize
+        let rtxSsrc = consumers[c].parameters.rtxSsrc, rtxPayloadType = consumers[c].parameters.rtxPayloadType
+        var length = stored.count
+        slot.copyMemory(from: storedBase, byteCount: length)
+        guard let first = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
+            drops[DropReason.reparseFailed.rawValue] &+= 1; return
+        }
+        let timestamp = consumers[c].rewriter.translate(timestamp: first.timestamp)
+        let view: RtpPacketView
+        if let rtxSsrc, let rtxPayloadType {
+            guard length + 2 <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return }
+            let h = first.headerLength
+            (slot + h + 2).copyMemory(from: storedBase + h, byteCount: length - h)
+            slot.storeBytes(of: UInt8(truncatingIfNeeded: sequence >> 8), toByteOffset: h, as: UInt8.self)
+            slot.storeBytes(of: UInt8(truncatingIfNeeded: sequence), toByteOffset: h + 1, as: UInt8.self)
+            length += 2
+            guard let rtx = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
+                drops[DropReason.reparseFailed.rawValue] &+= 1; return
+            }
+            view = rtx
+            rtx.ssrc = rtxSsrc
+            rtx.payloadType = rtxPayloadType
+            rtx.sequenceNumber = consumers[c].rtxSequence
+            consumers[c].rtxSequence &+= 1
+        } else {
+            view = first
+            first.ssrc = consumers[c].parameters.ssrc
+            first.payloadType = consumers[c].parameters.payloadType
+            first.sequenceNumber = sequence
+        }
+        view.timestamp = timestamp
+        view.remapExtensionIds(consumers[c].parameters.extensionIds)
+        resentSequences[mark] = sequence
+        resentAt[mark] = now
+        consumers[c].packetsRetransmitted &+= 1
+        packetsRetransmitted &+= 1
+        enqueue(transport: transport, length: length, isRtcp: false)
+        rtpPacketsQueued &+= 1
+        rtpBytesQueued &+= UInt64(length)
+    }
+
+    /// The transport's measured round-trip time, or the tuning's default where none was measured.
+    @inline(__always)
+    func roundTripTime(_ t: TransportIndex) -> Nanoseconds {
+        guard isActive(t), transports[Int(t.slot)].roundTripTime != 0 else { return tuning.defaultRoundTripTime }
+        return transports[Int(t.slot)].roundTripTime
+    }
+}

@@ -1,0 +1,194 @@
+import Testing
+@testable import MinatoMedia
+import MinatoWire
+
+extension EngineHarness {
+    /// A subscriber's generic NACK for `sequences` of consumer SSRC `ssrc`, received on `t`.
+    func nack(_ sequences: [UInt16], ssrc: UInt32, on t: TransportIndex) {
+        var bytes = [UInt8](repeating: 0, count: 256)
+        let n = bytes.withUnsafeMutableBytes { b in
+            sequences.withUnsafeBufferPointer { s in
+                RtcpWriter.nack(into: b, senderSsrc: 0x5555, mediaSsrc: ssrc, sequences: s.baseAddress!, count: s.count)
+            }
+        }
+        bytes.withUnsafeBytes { engine.handleRtcp(from: t, packet: UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: now) }
+    }
+
+    /// Hands the engine raw RTP bytes from the publisher.
+    func inject(_ bytes: [UInt8]) -> [Sent] {
+        var copy = bytes
+        copy.withUnsafeMutableBytes { engine.handleRtp(from: publisher, packet: $0, now: now) }
+        return drain()
+    }
+
+    /// An RTP packet as the publisher would send it (VP8 descriptor first).
+    func packet(ssrc: UInt32 = 0x1111, pt: UInt8 = 96, seq: UInt16, ts: UInt32, payload: [UInt8]) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 12 + payload.count)
+        bytes.withUnsafeMutableBytes { b in
+            _ = RtpPacketView.writeHeader(into: b, payloadType: pt, sequenceNumber: seq, timestamp: ts, ssrc: ssrc)
+        }
+        bytes.replaceSubrange(12..., with: payload)
+        return bytes
+    }
+
+    /// The NACKed sequence numbers in an RTCP packet sent to the publisher.
+    static func nackedSequences(_ sent: Sent) -> [UInt16] {
+        sent.bytes.withUnsafeBytes { b in
+            var it = RtcpIterator(b)
+            var out: [UInt16] = []
+            while let p = it.next() {
+                guard let nack = GenericNack(p) else { continue }
+                for i in 0..<nack.pairCount {
+                    guard let (pid, blp) = nack.pair(at: i) else { continue }
+                    out.append(pid)
+                    for bit in 0..<16 where blp & (1 << bit) != 0 { out.append(pid &+ UInt16(bit) &+ 1) }
+                }
+            }
+            return out
+        }
+    }
+}
+
+/// NACK both ways on a simulated clock: subscribers' NACKs answered from the retransmission
+/// store (RTX or plain, once per round-trip time), publishers' gaps NACKed, retried and given up.
+@Suite struct NackRecoveryTests {
+    func rtxConsumer(_ h: EngineHarness, _ p: ProducerId, on t: TransportIndex) throws -> ConsumerId {
+        try h.engine.addConsumer(ConsumerParameters(producer: p, transport: t, ssrc: 0xB0B0, payloadType: 100,
+                                                    extensionIds: .identity, rtxSsrc: 0xB1B1, rtxPayloadType: 101), now: h.now)
+    }
+
+    @Test func aSubscriberNackIsAnsweredWithRtxOncePerRoundTrip() throws {
+        let h = EngineHarness()
+        let p = try h.producer()
+        let b = h.subscriber()
+        let c = try rtxConsumer(h, p, on: b)
+        _ = h.drain()
+        var sent: [EngineHarness.Sent] = []
+        sent += h.send(keyframe: true)
+        for _ in 0..<5 { sent += h.send() }
+        let third = try #require(sent[2].rtp)
+        h.nack([third.seq], ssrc: 0xB0B0, on: b)
+        let resent = h.drain()
+        #expect(resent.count == 1 && resent[0].transport == b)
+        let rtx = try #require(resent[0].rtp)
+        #expect(rtx.ssrc == 0xB1B1 && rtx.pt == 101 && rtx.ts == third.ts)
+        // RFC 4588: the original sequence number, then the original payload.
+        #expect(resent[0].bytes[12] == UInt8(third.seq >> 8) && resent[0].bytes[13] == UInt8(third.seq & 0xFF))
+        #expect(Array(resent[0].bytes[14...]) == Array(sent[2].bytes[12...]))
+        // Asked again at once: not resent (no RTT measured: the default 40 ms applies).
+        h.nack([third.seq], ssrc: 0xB0B0, on: b)
+        #expect(h.drain().isEmpty)
+        #expect(h.engine.retransmissionsThrottled == 1)
+        h.now &+= 41_000_000
+        h.nack([third.seq], ssrc: 0xB0B0, on: b)
+        let again = h.drain()
+        #expect(again.count == 1 && again[0].rtp?.seq == rtx.seq &+ 1)   // the RTX stream's own numbering
+        #expect(h.engine.consumerStats(c)?.packetsRetransmitted == 2)
+        #expect(h.engine.consumerStats(c)?.nacksReceived == 3)
+        #expect(h.engine.packetsRetransmitted == 2 && h.engine.retransmissionHits == 3)
+    }
+
+    @Test func withoutRtxThePacketIsResentAsFirstSent() throws {
+        let h = EngineHarness()
+        let p = try h.producer()
+        let b = h.subscriber()
+        _ = try h.consumer(p, on: b, ssrc: 0xB0B0, pt: 100)
+        _ = h.drain()
+        var sent = h.send(keyframe: true)
+        sent += h.send()
+        sent += h.send()
+        h.nack([sent[0].rtp!.seq, sent[1].rtp!.seq], ssrc: 0xB0B0, on: b)
+        let resent = h.drain()
+        #expect(resent.map(\.bytes) == [sent[0].bytes, sent[1].bytes])
+    }
+
+    @Test func packetsNeverSentToTheConsumerOrTooOldAreMisses() throws {
+        let h = EngineHarness()
+        let p = try h.producer()
+        let b = h.subscriber()
+        _ = try rtxConsumer(h, p, on: b)
+        _ = h.drain()
+        #expect(h.send().isEmpty)                          // dropped: waiting for a keyframe
+        let first = try #require(h.send(keyframe: true).first?.rtp)
+        h.nack([first.seq &- 1, first.seq &+ 1], ssrc: 0xB0B0, on: b)   // before the run; not sent yet
+        #expect(h.drain().isEmpty)
+        #expect(h.engine.retransmissionMisses == 2)
+        h.now &+= 1_100_000_000                            // older than the store keeps packets
+        h.nack([first.seq], ssrc: 0xB0B0, on: b)
+        #expect(h.drain().isEmpty && h.engine.retransmissionMisses == 3)
+    }
+
+    @Test func aPublisherGapIsNackedRetriedAndGivenUpForAKeyFrame() throws {
+        let h = EngineHarness()
+        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, payloadType: 96,
+                                                            clockRate: 90_000, codec: .vp8, keyFrameRequest: .pli, nack: true))
+        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0)
+        _ = h.drain()
+        h.send(keyframe: true)
+        let lost = h.publisherSeq &+ 1
+        h.publisherSeq &+= 1                                // one packet lost on the way in
+        let out = h.send()
+        let nack = try #require(out.first { $0.transport == h.publisher && $0.isRtcp })
+        #expect(EngineHarness.nackedSequences(nack) == [lost])
+        #expect(h.engine.nacksSent == 1)
+        // Retried after 1.5 x the default RTT (60 ms), not before.
+        let due = try #require(h.engine.nextDeadline)
+        #expect(due == h.now + 60_000_000)
+        h.engine.handleTimeout(now: due - 1)
+        #expect(h.drain().isEmpty)
+        h.now = due
+        h.engine.handleTimeout(now: h.now)
+        #expect(h.drain().map(EngineHarness.nackedSequences) == [[lost]])
+        // Never arrives: after 10 NACKs (or 1 s) it is given up and a keyframe is asked for.
+        var pli = 0
+        for _ in 0..<20 {
+            h.now &+= 60_000_000
+            h.engine.handleTimeout(now: h.now)
+            pli += h.drain().filter(\.isPli).count
+        }
+        #expect(h.engine.nacksSent == 10)
+        #expect(pli == 1 && h.engine.keyFrameRequests(.nackGaveUp) == 1)
+    }
+
+    @Test func rtxFromThePublisherFillsTheGapAndDuplicatesAreDropped() throws {
+        let h = EngineHarness()
+        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
+                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
+                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
+        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
+        _ = h.drain()
+        let key = try #require(h.send(keyframe: true).first?.rtp)
+        h.publisherSeq &+= 1
+        let lost = h.publisherSeq
+        let lostTs = h.publisherTs &+ 3000
+        _ = h.send()                                        // NACK goes out
+        let payload: [UInt8] = [0x10, 0x01, 0xAB, 0xCD]
+        let rtx = h.packet(ssrc: 0x1112, pt: 97, seq: 7, ts: lostTs, payload: [UInt8(lost >> 8), UInt8(lost & 0xFF)] + payload)
+        let out = h.inject(rtx)
+        let restored = try #require(out.first?.rtp)
+        #expect(restored.ssrc == 0xB0B0 && restored.pt == 100 && restored.seq == key.seq &+ 1)
+        #expect(Array(out[0].bytes[12...]) == payload)
+        #expect(h.engine.rtxRecovered == 1 && h.engine.packetsRecovered == 1)
+        // The original arrives late after all: a duplicate, not forwarded twice.
+        #expect(h.inject(h.packet(seq: lost, ts: lostTs, payload: payload)).isEmpty)
+        #expect(h.engine.drops(.duplicate) == 1)
+        // RTX padding (no original inside) and RTX with another payload type are dropped.
+        #expect(h.inject(h.packet(ssrc: 0x1112, pt: 97, seq: 8, ts: lostTs, payload: [0, 1])).isEmpty)
+        #expect(h.inject(h.packet(ssrc: 0x1112, pt: 98, seq: 9, ts: lostTs, payload: [0, 1, 2, 3])).isEmpty)
+        #expect(h.engine.drops(.rtxPadding) == 1 && h.engine.drops(.unusableRtx) == 1)
+    }
+
+    @Test func nackGeneratorListsGapsInOrderAndGivesUpTooWideOnes() {
+        var g = NackGenerator(capacity: 8, maxAge: 1_000, maxRetries: 3)
+        #expect(g.received(65_534, now: 1) == .inOrder)
+        #expect(g.received(2, now: 2) == .gap)             // 65535, 0, 1 missing across the wrap
+        let out = UnsafeMutablePointer<UInt16>.allocate(capacity: 16)
+        defer { out.deallocate() }
+        let polled = g.poll(now: 2, retryInterval: 100, into: out, limit: 16)
+        #expect(polled.count == 3 && Array(UnsafeBufferPointer(start: out, count: 3)) == [65_535, 0, 1])
+        #expect(g.received(0, now: 3) == .recovered)
+        #expect(g.received(0, now: 4) == .old)
+        #expect(g.deadline(retryInterval: 100) == 102)
+        #expect(g.received(20, now: 5) == .gapTooLarge && g.missingCount == 0)
+    }
+}
