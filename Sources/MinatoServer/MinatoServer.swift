@@ -37,7 +37,8 @@ public final class MinatoServer: Sendable {
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,
-                        connectTimeout: .seconds(configuration.connectTimeoutSec), logger: logger)
+                        connectTimeout: .seconds(configuration.connectTimeoutSec), tuning: configuration.engineTuning,
+                        logger: logger)
         }
         var authority: TokenAuthority?
         var verifier: TokenVerifier?

@@ -9,6 +9,9 @@ struct WorkerTotals {
     var timerWakeups: UInt64 = 0
     var transports = 0
     var drops: [String: UInt64] = [:]
+    var nacksSent: UInt64 = 0, retransmitted: UInt64 = 0, recovered: UInt64 = 0, rtxRecovered: UInt64 = 0
+    var lookups: [String: UInt64] = [:]
+    var keyFrameCauses: [String: UInt64] = [:]
     mutating func add(_ c: WorkerCounters) {
         received &+= c.rtpPacketsReceived; bytesReceived &+= c.rtpBytesReceived
         forwarded &+= c.rtpPacketsForwarded; bytesForwarded &+= c.rtpBytesForwarded
@@ -17,6 +20,10 @@ struct WorkerTotals {
         timerWakeups &+= c.timerWakeups
         transports += c.transports
         for (k, v) in c.drops { drops[k, default: 0] &+= v }
+        nacksSent &+= c.nacksSent; retransmitted &+= c.packetsRetransmitted
+        recovered &+= c.packetsRecovered; rtxRecovered &+= c.rtxRecovered
+        for (k, v) in c.retransmissionLookups { lookups[k, default: 0] &+= v }
+        for (k, v) in c.keyFrameRequestsByCause { keyFrameCauses[k, default: 0] &+= v }
     }
 }
 
@@ -26,6 +33,7 @@ struct WorkerTotals {
 final class PacketMetrics: Sendable {
     let received, bytesReceived, forwarded, bytesForwarded, rtcpReceived, rtcpSent, nacksReceived: Counter
     let keyFrameRequests, timerWakeups: Counter
+    let nacksSent, retransmitted, recovered, rtxRecovered: Counter
     let transports, rooms, members, publications, subscriptions: Gauge
     let registry: PrometheusCollectorRegistry
     private let last = Mutex<WorkerTotals>(WorkerTotals())
@@ -44,6 +52,13 @@ final class PacketMetrics: Sendable {
         keyFrameRequests = registry.makeCounter(name: "minato_keyframe_requests_total", help: "PLI/FIR sent to publishers.")
         timerWakeups = registry.makeCounter(name: "minato_worker_timer_wakeups_total",
                                             help: "Media worker timer wake-ups (a deadline was due).")
+        nacksSent = registry.makeCounter(name: "minato_rtcp_nacks_sent_total", help: "Generic NACKs sent to publishers for missing packets.")
+        retransmitted = registry.makeCounter(name: "minato_rtp_packets_retransmitted_total",
+                                             help: "Packets resent to subscribers on their NACKs (RTX or plain).")
+        recovered = registry.makeCounter(name: "minato_rtp_packets_recovered_total",
+                                         help: "Packets a publisher's stream was missing that arrived later (retransmitted or late).")
+        rtxRecovered = registry.makeCounter(name: "minato_rtx_recovered_total",
+                                            help: "Missing packets recovered from a publisher's RTX stream.")
         transports = registry.makeGauge(name: "minato_transports", help: "WebRTC transports open.")
         rooms = registry.makeGauge(name: "minato_rooms", help: "Rooms open.")
         members = registry.makeGauge(name: "minato_members", help: "Members joined.")
@@ -63,6 +78,20 @@ final class PacketMetrics: Sendable {
             grow(nacksReceived, now.nacksReceived, last.nacksReceived)
             grow(keyFrameRequests, now.keyFrameRequests, last.keyFrameRequests)
             grow(timerWakeups, now.timerWakeups, last.timerWakeups)
+            grow(nacksSent, now.nacksSent, last.nacksSent)
+            grow(retransmitted, now.retransmitted, last.retransmitted)
+            grow(recovered, now.recovered, last.recovered)
+            grow(rtxRecovered, now.rtxRecovered, last.rtxRecovered)
+            for (result, n) in now.lookups {
+                let c = registry.makeCounter(name: "minato_retransmission_store_lookups_total", labels: [("result", result)],
+                                             help: "Subscriber NACKs looked up in the retransmission store: hit, miss (not held, too old, or never sent to that subscriber), throttled (resent less than an RTT ago; a hit not resent).")
+                grow(c, n, last.lookups[result] ?? 0)
+            }
+            for (cause, n) in now.keyFrameCauses {
+                let c = registry.makeCounter(name: "minato_keyframe_requests_by_cause_total", labels: [("cause", cause)],
+                                             help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control.")
+                grow(c, n, last.keyFrameCauses[cause] ?? 0)
+            }
             for (reason, n) in now.drops {
                 // Made (at 0) on the first scrape, so every reason is listed.
                 let c = registry.makeCounter(name: "minato_packets_dropped_total", labels: [("reason", reason)],

@@ -1,5 +1,6 @@
 public import MinatoRooms
 public import MinatoTransport
+public import MinatoMedia
 internal import Foundation
 internal import Yams
 
@@ -35,6 +36,20 @@ public struct ServerConfiguration: Sendable {
     /// `media.connectTimeoutSec`: a transport whose ICE and DTLS have not connected this many
     /// seconds after it was made is closed and its member removed (`transportClosed`).
     public var connectTimeoutSec = 20
+    /// `media.retransmissionBufferPackets`: packets kept per video publication for answering
+    /// subscribers' NACKs (1.5 KiB each, preallocated; rounded up to a power of two).
+    public var retransmissionBufferPackets = 512
+    /// `media.retransmissionMaxAgeMs`: how long a kept packet may be resent, and how long a
+    /// packet missing from a publisher is NACKed before a keyframe is asked for instead.
+    public var retransmissionMaxAgeMs = 1000
+    /// The media engine's loss-recovery settings from the keys above.
+    public var engineTuning: EngineTuning {
+        var t = EngineTuning()
+        t.retransmissionPackets = retransmissionBufferPackets
+        t.retransmissionMaxAge = UInt64(retransmissionMaxAgeMs) * 1_000_000
+        t.nackMaxAge = UInt64(retransmissionMaxAgeMs) * 1_000_000
+        return t
+    }
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
     /// key for DTLS; both empty = a fresh ECDSA P-256 certificate made at start.
     public var dtlsCertificateFile = ""
@@ -248,6 +263,8 @@ struct ConfigKey: Sendable {
         .bool("media.ice.lite", { $0.ice.lite }) { $0.ice.lite = $1 },
         .int("media.transportTimeoutSec", 0...3600, { $0.transportTimeoutSec }) { $0.transportTimeoutSec = $1 },
         .int("media.connectTimeoutSec", 1...600, { $0.connectTimeoutSec }) { $0.connectTimeoutSec = $1 },
+        .int("media.retransmissionBufferPackets", 16...32_768, { $0.retransmissionBufferPackets }) { $0.retransmissionBufferPackets = $1 },
+        .int("media.retransmissionMaxAgeMs", 100...10_000, { $0.retransmissionMaxAgeMs }) { $0.retransmissionMaxAgeMs = $1 },
         .int("media.maxTransports", 1...1_000_000, { $0.rooms.maxTransports }) { $0.rooms.maxTransports = $1 },
         .int("media.maxRemoteCandidates", 1...1000, { $0.rooms.maxRemoteCandidates }) { $0.rooms.maxRemoteCandidates = $1 },
         .int("media.maxPendingCandidateBytes", 1024...(1 << 20), { $0.rooms.maxPendingCandidateBytes }) { $0.rooms.maxPendingCandidateBytes = $1 },

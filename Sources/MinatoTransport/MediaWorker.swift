@@ -29,6 +29,15 @@ public struct WorkerCounters: Sendable {
     /// Every `DropReason` by its `name`, zeros included.
     public var drops: [String: UInt64]
     public var transports: Int
+    /// Loss recovery (MediaEngine): NACKs sent to publishers, packets resent to subscribers,
+    /// retransmission store lookups by result ("hit", "miss", "throttled"), missing packets
+    /// that arrived later (and of those, by publisher RTX), keyframe requests by `KeyFrameCause.name`.
+    public var nacksSent: UInt64 = 0
+    public var packetsRetransmitted: UInt64 = 0
+    public var retransmissionLookups: [String: UInt64] = [:]
+    public var packetsRecovered: UInt64 = 0
+    public var rtxRecovered: UInt64 = 0
+    public var keyFrameRequestsByCause: [String: UInt64] = [:]
 }
 
 public enum WorkerError: Error, CustomStringConvertible, Sendable {
@@ -59,7 +68,8 @@ public final class MediaWorker: Sendable {
     /// and DTLS have not connected this long after it was created is closed
     /// (`.connectTimeout`). Zero disables either.
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
-                transportTimeout: Duration, connectTimeout: Duration = .seconds(20), logger: Logger) {
+                transportTimeout: Duration, connectTimeout: Duration = .seconds(20), tuning: EngineTuning = EngineTuning(),
+                logger: Logger) {
         self.index = index
         let context = g_main_context_new()!
         let inbox = Inbox(context: context)
@@ -68,15 +78,15 @@ public final class MediaWorker: Sendable {
         self.events = stream
         let timeoutNs = nanoseconds(of: transportTimeout)
         let connectTimeoutNs = nanoseconds(of: connectTimeout)
-        let box = UncheckedBox((context, runtime, ice, continuation, logger))
+        let box = UncheckedBox((context, runtime, ice, continuation, logger, tuning))
         let name = "minato-media-\(index)"
         let thread = Thread {
             // Foundation names the thread only in its own bookkeeping: name it for the kernel
             // too (ps, top, /proc/<pid>/task/*/comm), else it shows its creator's name.
             minato_set_thread_name(name)
-            let (context, runtime, ice, continuation, logger) = box.value
+            let (context, runtime, ice, continuation, logger, tuning) = box.value
             let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
-                                  transportTimeout: timeoutNs, connectTimeout: connectTimeoutNs, logger: logger)
+                                  transportTimeout: timeoutNs, connectTimeout: connectTimeoutNs, tuning: tuning, logger: logger)
             core.run(inbox: inbox)
         }
         thread.name = name
@@ -116,7 +126,7 @@ public final class WorkerCore {
     /// Outbox slots: a flush is forced when half are used (`flushIfFull`), so one received
     /// packet may fan out to up to `outboxSlots / 2` consumers without drops.
     static let outboxSlots = 2048
-    let engine = MediaEngine(outboxSlots: WorkerCore.outboxSlots)
+    let engine: MediaEngine
     private let batch = SendBatch(slots: WorkerCore.outboxSlots)
     let logger: Logger
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
@@ -146,7 +156,8 @@ public final class WorkerCore {
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
          events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds,
-         connectTimeout: Nanoseconds = 20_000_000_000, logger: Logger) {
+         connectTimeout: Nanoseconds = 20_000_000_000, tuning: EngineTuning = EngineTuning(), logger: Logger) {
+        self.engine = MediaEngine(outboxSlots: WorkerCore.outboxSlots, tuning: tuning)
         self.context = context
         self.runtime = runtime
         self.ice = ice
@@ -267,7 +278,14 @@ public final class WorkerCore {
             rtpPacketsForwarded: rtpPacketsSent, rtpBytesForwarded: rtpBytesSent,
             rtcpPacketsReceived: engine.rtcpPacketsReceived, rtcpPacketsSent: rtcpPacketsSent,
             nacksReceived: engine.nacksReceived, keyFrameRequestsSent: engine.keyFrameRequestsSent,
-            timerWakeups: timerWakeups, drops: named, transports: transports.count)
+            timerWakeups: timerWakeups, drops: named, transports: transports.count,
+            nacksSent: engine.nacksSent, packetsRetransmitted: engine.packetsRetransmitted,
+            retransmissionLookups: ["hit": engine.retransmissionHits, "miss": engine.retransmissionMisses,
+                                    "throttled": engine.retransmissionsThrottled],
+            packetsRecovered: engine.packetsRecovered, rtxRecovered: engine.rtxRecovered,
+            keyFrameRequestsByCause: Dictionary(uniqueKeysWithValues: KeyFrameCause.allCases.map {
+                ($0.name, engine.keyFrameRequests($0))
+            }))
     }
 
     // MARK: Packet path
