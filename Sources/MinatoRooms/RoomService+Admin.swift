@@ -124,23 +124,44 @@ extension RoomService {
         return [:]
     }
 
-    /// Packets and bytes in (from publishers) and out (to subscribers) of the room's streams.
+    /// Packets and bytes in (from publishers) and out (to subscribers) of the room's streams,
+    /// and per stream what loss recovery did: each publication's loss, jitter, NACKs sent and
+    /// packets recovered; each subscription's NACKs, resent packets and the subscriber's own
+    /// report (fraction lost, cumulative loss, jitter) with the round-trip time.
     public func adminRoomStats(_ roomId: String) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
-        let producers = room.publications.compactMap(\.producer)
-        let consumers = room.subscriptions.compactMap(\.consumer)
+        let producers = room.publications.compactMap { p in p.producer.map { (p.id, $0) } }
+        let consumers = room.subscriptions.compactMap { s in s.consumer.map { (s.id, $0) } }
         let worker = workers[room.worker]
-        let totals = try? await worker.perform { core -> [UInt64] in
-            var t: [UInt64] = [0, 0, 0, 0]
-            for p in producers { if let s = core.producerStats(p) { t[0] &+= s.packetsReceived; t[1] &+= s.bytesReceived } }
-            for c in consumers { if let s = core.consumerStats(c) { t[2] &+= s.packetsSent; t[3] &+= s.bytesSent } }
-            return t
+        let stats = try? await worker.perform { core -> ([(String, ProducerStats)], [(String, ConsumerStats)]) in
+            (producers.compactMap { id, p in core.producerStats(p).map { (id, $0) } },
+             consumers.compactMap { id, c in core.consumerStats(c).map { (id, $0) } })
         }
-        let t = totals ?? [0, 0, 0, 0]
+        let (ps, cs) = stats ?? ([], [])
+        var t: [UInt64] = [0, 0, 0, 0]
+        for (_, s) in ps { t[0] &+= s.packetsReceived; t[1] &+= s.bytesReceived }
+        for (_, s) in cs { t[2] &+= s.packetsSent; t[3] &+= s.bytesSent }
+        let publications: [JSONValue] = ps.map { id, s in
+            ["publicationId": .string(id), "packetsReceived": .int(Int(clamping: s.packetsReceived)),
+             "packetsLost": .int(Int(clamping: s.packetsLost)), "jitter": .int(Int(s.jitter)),
+             "nacksSent": .int(Int(clamping: s.nacksSent)), "packetsRecovered": .int(Int(clamping: s.packetsRecovered)),
+             "keyFrameRequests": .int(Int(clamping: s.keyFrameRequests))]
+        }
+        let subscriptions: [JSONValue] = cs.map { id, s in
+            var o: [String: JSONValue] = [
+                "subscriptionId": .string(id), "packetsSent": .int(Int(clamping: s.packetsSent)),
+                "nacksReceived": .int(Int(clamping: s.nacksReceived)),
+                "packetsRetransmitted": .int(Int(clamping: s.packetsRetransmitted)),
+                "fractionLost": .double(Double(s.fractionLost) / 256), "packetsLost": .int(Int(s.packetsLost)),
+                "jitter": .int(Int(s.jitter))]
+            if let rtt = s.roundTripTime { o["roundTripTimeMs"] = .double(Double(rtt) / 1_000_000) }
+            return .object(o)
+        }
         return ["roomId": .string(room.id), "members": .int(room.members.count),
                 "publications": .int(room.publications.count), "subscriptions": .int(room.subscriptions.count),
                 "packetsIn": .int(Int(clamping: t[0])), "bytesIn": .int(Int(clamping: t[1])),
-                "packetsOut": .int(Int(clamping: t[2])), "bytesOut": .int(Int(clamping: t[3]))]
+                "packetsOut": .int(Int(clamping: t[2])), "bytesOut": .int(Int(clamping: t[3])),
+                "publicationStats": .array(publications), "subscriptionStats": .array(subscriptions)]
     }
 
     func adminRoom(_ id: String) throws(RoomError) -> Room {

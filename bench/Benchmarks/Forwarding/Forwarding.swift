@@ -116,7 +116,93 @@ let benchmarks: @Sendable () -> Void = {
         blackHole(protected)
     }
 
+    lossRecoveryBenchmarks(packet)
     workerBenchmarks()
+}
+
+/// Loss recovery on the packet path: packets stored once and resent as RTX on a subscriber's
+/// NACK; a publisher's gap NACKed and its RTX restored and forwarded. No allocation either.
+let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = { packet in
+    func engineWithRtx(fanOut: Int) -> (MediaEngine, TransportIndex, [TransportIndex]) {
+        let engine = MediaEngine()
+        let publisher = engine.addTransport(router: RouterId(1), feedbackSsrc: 1)
+        let producer = try! engine.addProducer(ProducerParameters(
+            transport: publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112, payloadType: 96, clockRate: 90_000,
+            codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
+        var subscribers: [TransportIndex] = []
+        for i in 0..<fanOut {
+            let t = engine.addTransport(router: RouterId(1), feedbackSsrc: UInt32(100 + i))
+            subscribers.append(t)
+            _ = try! engine.addConsumer(ConsumerParameters(producer: producer, transport: t, ssrc: UInt32(0x2000 + i),
+                                                           payloadType: 100, extensionIds: .identity,
+                                                           rtxSsrc: UInt32(0x3000 + i), rtxPayloadType: 101), now: 1)
+        }
+        engine.clearTransmits()
+        return (engine, publisher, subscribers)
+    }
+
+    Benchmark("Retransmission: forward 17 packets 1->1, then a NACK for all 17 answered as RTX (per iteration)") { benchmark in
+        let (engine, publisher, subscribers) = engineWithRtx(fanOut: 1)
+        let nack = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 4)
+        let sequences = UnsafeMutablePointer<UInt16>.allocate(capacity: 17)
+        var now: UInt64 = 1_000_000_000
+        var seq: UInt16 = 1
+        var firstOut: UInt16?
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            for k in 0..<17 {
+                seq &+= 1
+                now &+= 1_000_000
+                packet.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
+                engine.handleRtp(from: publisher, packet: packet, now: now)
+                let tx = engine.transmitCount > 0 ? engine.transmit(at: engine.transmitCount - 1) : nil
+                if let tx, let v = RtpPacketView(UnsafeMutableRawBufferPointer(start: tx.bytes, count: tx.length)) {
+                    sequences[k] = v.sequenceNumber
+                    if firstOut == nil { firstOut = v.sequenceNumber }
+                }
+                engine.clearTransmits()
+            }
+            let n = RtcpWriter.nack(into: nack, senderSsrc: 5, mediaSsrc: 0x2000, sequences: sequences, count: 17)
+            engine.handleRtcp(from: subscribers[0], packet: UnsafeRawBufferPointer(rebasing: nack[0..<n]), now: now)
+            blackHole(engine.transmitCount)
+            engine.clearTransmits()
+        }
+        benchmark.stopMeasurement()
+        precondition(engine.packetsRetransmitted > 0, "nothing was retransmitted")
+    }
+
+    Benchmark("Publisher loss 1 in 10, 1->10: gap NACKed, RTX restored and forwarded (per 10 packets)") { benchmark in
+        let (engine, publisher, _) = engineWithRtx(fanOut: 10)
+        let rtx = UnsafeMutableRawBufferPointer.allocate(byteCount: packet.count + 2, alignment: 16)
+        var now: UInt64 = 1_000_000_000
+        var seq: UInt16 = 1
+        packet.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
+        engine.handleRtp(from: publisher, packet: packet, now: now)   // the keyframe starts the consumers
+        engine.clearTransmits()
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            seq &+= 1
+            let lost = seq
+            for _ in 0..<9 {
+                seq &+= 1
+                now &+= 3_000_000
+                packet.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
+                engine.handleRtp(from: publisher, packet: packet, now: now)
+                engine.clearTransmits()
+            }
+            // The publisher's RTX for the lost packet: header, original sequence number, payload.
+            rtx.copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[0..<24]))
+            rtx.storeBytes(of: UInt32(0x1112).bigEndian, toByteOffset: 8, as: UInt32.self)
+            rtx[1] = 97
+            rtx.storeBytes(of: lost.bigEndian, toByteOffset: 24, as: UInt16.self)
+            UnsafeMutableRawBufferPointer(rebasing: rtx[26...]).copyMemory(from: UnsafeRawBufferPointer(rebasing: packet[24...]))
+            engine.handleRtp(from: publisher, packet: rtx, now: now)
+            blackHole(engine.transmitCount)
+            engine.clearTransmits()
+        }
+        benchmark.stopMeasurement()
+        precondition(engine.rtxRecovered > 0 && engine.nacksSent > 0, "no gap was NACKed and recovered")
+    }
 }
 
 /// The worker's own packet path with real SRTP and real sends (`WorkerBenchmarkRig`): one
