@@ -77,6 +77,11 @@ public enum ClientSdp {
         return (t, d?.address ?? "127.0.0.1", d?.port ?? 9)
     }
 
+    /// The `a=rtcp-fb` values a sending client offers for video: key frame requests only. It
+    /// keeps no retransmission store, so it does not offer `nack` (the server then does not
+    /// NACK it) and offers no RTX.
+    static let sentFeedback = ["nack pli", "ccm fir"]
+
     /// An offer whose every m-line sends one track (DTLS `actpass`, candidates in the first
     /// m-line). A track whose codec is not in the codec map cannot be sent: its m-line is
     /// written rejected (port 0) and left out of the BUNDLE group.
@@ -94,7 +99,7 @@ public enum ClientSdp {
             media.append(RtpMediaSection(
                 kind: codec.codec.kind, port: port, address: address, mid: t.mid, transport: transport, setup: .actpass,
                 direction: t.active ? .sendonly : .inactive, msid: t.cname + " " + t.mid, codec: codec,
-                feedback: SfuSdp.feedback(for: codec.codec), ssrcs: [SsrcLine(ssrc: t.ssrc, attribute: "cname", value: t.cname)],
+                feedback: codec.codec.kind == "video" ? sentFeedback : [], ssrcs: [SsrcLine(ssrc: t.ssrc, attribute: "cname", value: t.cname)],
                 includesCandidates: bundle.isEmpty).media)
             bundle.append(t.mid)
         }
@@ -109,7 +114,8 @@ public enum ClientSdp {
         /// The codec the sender will use (the one the answer accepts, in the codec map's
         /// spelling), nil on a rejected m-line.
         public var codec: RtpMap?
-        /// SSRCs the sender announced (`a=ssrc`), empty if none.
+        /// SSRCs the sender announced (`a=ssrc`), media first (then an RTX SSRC, which this
+        /// client never receives since its answer declines RTX), empty if none.
         public var ssrcs: [UInt32]
         /// The sender's direction: `.sendonly` for a live stream, `.inactive` for a removed one.
         public var direction: MediaDirection
@@ -117,12 +123,14 @@ public enum ClientSdp {
     }
 
     /// The `a=rtcp-fb` values a receiving client answers: of those offered for the codec, the
-    /// key frame requests it can send.
+    /// key frame requests it can send (never `nack`: it does not NACK).
     static let answeredFeedback: Set<String> = ["nack pli", "ccm fir"]
 
     /// A receive-only answer to a server's offer: every sending m-line is received with its
     /// first codec the codec map knows (`MediaDescription.forwardableCodecs`; its fmtp rebuilt
-    /// from the parsed parameters, never copied), inactive lines stay inactive, m-lines we
+    /// from the parsed parameters, never copied) and only that codec: RTX and RED formats the
+    /// offer lists (RED first) are left out, since the client decodes neither, so the server
+    /// resends plainly and sends plain opus. Inactive lines stay inactive, m-lines we
     /// cannot take (data channels, no known codec, no mid) are rejected. `dtlsRole` picks our
     /// `a=setup`: `.client` answers `active` (what browsers do), `.server` answers `passive`
     /// (the peer sends the ClientHello once ICE is up; Janus needs it to avoid dropping an

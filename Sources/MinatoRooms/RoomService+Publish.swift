@@ -46,7 +46,8 @@ extension RoomService {
                 ProducerParameters(transport: index, kind: kind, ssrc: stream.ssrc, rtxSsrc: stream.rtxSsrc,
                                    payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
                                    codec: stream.codec.videoCodec, keyFrameRequest: stream.codec.keyFrameRequest,
-                                   paused: !r.isEnabled)
+                                   paused: !r.isEnabled, rtxPayloadType: stream.rtxPayloadType,
+                                   redPayloadType: stream.redPayloadType, nack: stream.nack)
             }
         }
         guard !member.removed, rooms.contains(where: { $0 === room }) else {

@@ -35,8 +35,8 @@ extension RoomService {
             let ssrc = UInt32.random(in: 1...UInt32.max)
             let sub = RoomSubscription(id: UUID().uuidString.lowercased(), publicationId: pub.id, subscriberId: member.id,
                                        contentType: pub.contentType, mid: mid, ssrc: ssrc, preferredEncodingId: r.preferredEncodingId)
-            member.recvSlots.append(ReceiveSlot(mid: mid, kind: pub.contentType, codec: pub.stream.codec, subscriptionId: sub.id,
-                                                ssrc: ssrc, streamId: pub.publisherId, trackId: pub.id,
+            member.recvSlots.append(ReceiveSlot(mid: mid, subscribing: pub.stream, subscriptionId: sub.id, ssrc: ssrc,
+                                                streamId: pub.publisherId, trackId: pub.id,
                                                 cname: "minato-\(pub.publisherId.prefix(8))"))
             room.subscriptions.append(sub)
             let offer = makeReceiveOffer(member, local: local, by: token)
@@ -74,7 +74,8 @@ extension RoomService {
     }
 
     /// The client's answer to the outstanding server offer: the streams it accepted start
-    /// flowing, and the next waiting request (or an owed offer) goes on.
+    /// flowing (each with the RTX and RED formats its m-section accepted,
+    /// `ReceiveSlot.acceptedFormats`), and the next waiting request (or an owed offer) goes on.
     public func answer(memberId: String, answer sdp: String, from channel: ClientChannel) async throws {
         let (room, member) = try joinedMember(memberId, channel: channel)
         let sd = try SdpNegotiation.parse(sdp)
@@ -94,9 +95,12 @@ extension RoomService {
             for (publisherId, subscriberId) in pub.stream.extensionIds { ids[publisherId] = subscriberId }
             let map = ids
             let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
+            let formats = member.recvSlots.first { $0.subscriptionId == sub.id }?.acceptedFormats(in: sd)
+            let rtxSsrc = formats?.rtxSsrc, rtxPt = formats?.rtxPayloadType, redPt = formats?.redPayloadType
             let consumer = try await onWorker(room) { core in
                 try core.addConsumer(on: tid) { index in
-                    ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map)
+                    ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
+                                       rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt)
                 }
             }
             if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }

@@ -30,6 +30,12 @@ struct PublishedStream: Sendable {
     var codec: NegotiatedCodec
     var ssrc: UInt32
     var rtxSsrc: UInt32?
+    /// The publisher's RTX payload type (`apt=<codec>`) the answer accepted; nil: none.
+    var rtxPayloadType: UInt8?
+    /// The publisher's RED payload type around opus the answer accepted; nil: none.
+    var redPayloadType: UInt8?
+    /// Video whose publisher offered plain `nack` for the codec: lost packets are NACKed to it.
+    var nack: Bool
     /// Publisher extension id -> Minato's subscriber id (for the engine's remap table).
     var extensionIds: [(publisher: UInt8, subscriber: UInt8)]
 }
@@ -66,7 +72,8 @@ enum SdpNegotiation {
         return NegotiatedCodec(codec: c, keyFrameRequest: method)
     }
 
-    /// The stream a publisher's m-line announces (its primary SSRC and RTX SSRC).
+    /// The stream a publisher's m-line announces (its primary SSRC and RTX SSRC), with the RTX
+    /// and RED formats and NACK the answer (`SfuSdp.answer(toSenderOffer:)`) accepts for it.
     static func publishedStream(_ m: MediaDescription) throws(RoomError) -> PublishedStream {
         // Mid syntax is checked by the parser already; checked again because the value is
         // written into other members' SDP.
@@ -84,7 +91,10 @@ enum SdpNegotiation {
             if let sub = RtpHeaderExtension(uri: e.uri)?.receiverId { ids.append((e.id, sub)) }
         }
         return PublishedStream(mid: mid, kind: m.kind, codec: codec, ssrc: primary,
-                               rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil }, extensionIds: ids)
+                               rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil },
+                               rtxPayloadType: SfuSdp.acceptedRtx(m, for: codec.codec),
+                               redPayloadType: SfuSdp.acceptedRed(m, for: codec.codec),
+                               nack: SfuSdp.sendsNack(for: codec.codec), extensionIds: ids)
     }
 
     static func localTransport(_ local: TransportDescription) -> SdpLocalTransport {
@@ -124,10 +134,45 @@ struct ReceiveSlot: Sendable {
     var streamId: String
     var trackId: String
     var cname: String
+    /// Video: the RTX format offered beside the codec and this subscription's own RTX SSRC.
+    var rtxPayloadType: UInt8?
+    var rtxSsrc: UInt32?
+    /// Audio: the publication's RED format, offered first when it has one.
+    var redPayloadType: UInt8?
+
+    /// A slot for a subscription to `stream`: video gets an RTX format
+    /// (`SfuSdp.receiverRtxPayloadType`) and a random RTX SSRC of its own (nonzero, not
+    /// `ssrc`); audio the publication's RED format, if any.
+    init(mid: String, subscribing stream: PublishedStream, subscriptionId: String, ssrc: UInt32, streamId: String,
+         trackId: String, cname: String) {
+        self.mid = mid; self.kind = stream.kind; self.codec = stream.codec; self.subscriptionId = subscriptionId
+        self.ssrc = ssrc; self.streamId = streamId; self.trackId = trackId; self.cname = cname
+        rtxPayloadType = SfuSdp.receiverRtxPayloadType(for: stream.codec.codec, senderRtx: stream.rtxPayloadType)
+        rtxSsrc = rtxPayloadType == nil ? nil : Self.randomSsrc(besides: ssrc)
+        redPayloadType = stream.codec.codec.codec == .opus ? stream.redPayloadType : nil
+    }
+
+    /// A random SSRC in 1...UInt32.max other than `other`.
+    static func randomSsrc(besides other: UInt32) -> UInt32 {
+        var ssrc = UInt32.random(in: 1...UInt32.max)
+        while ssrc == other { ssrc = UInt32.random(in: 1...UInt32.max) }
+        return ssrc
+    }
 
     /// The slot as `SfuSdp` writes it: active (sendonly, msid, ssrc lines) while subscribed.
     var stream: SfuSdp.ReceiverStream {
         SfuSdp.ReceiverStream(mid: mid, kind: kind, codec: codec.codec, active: subscriptionId != nil, ssrc: ssrc,
-                              streamId: streamId, trackId: trackId, cname: cname)
+                              streamId: streamId, trackId: trackId, cname: cname, rtxPayloadType: rtxPayloadType,
+                              rtxSsrc: rtxSsrc, redPayloadType: redPayloadType)
+    }
+
+    /// What the subscriber's answer accepted beside the codec, as the consumer takes it: the
+    /// RTX SSRC and payload type when RTX was accepted, the RED payload type when RED was
+    /// (`SfuSdp.acceptance`); nil otherwise (the engine then resends plainly / sends opus).
+    func acceptedFormats(in answer: SessionDescription) -> (rtxSsrc: UInt32?, rtxPayloadType: UInt8?, redPayloadType: UInt8?) {
+        let s = stream
+        let accepted = SfuSdp.acceptance(of: s, in: answer)
+        let rtx = accepted.rtx ? s.rtxPayloadType.flatMap { pt in rtxSsrc.map { ($0, pt) } } : nil
+        return (rtx?.0, rtx?.1, accepted.red ? redPayloadType : nil)
     }
 }

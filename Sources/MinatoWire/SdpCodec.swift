@@ -100,6 +100,21 @@ public struct FmtpParameters: Sendable, Equatable {
 
     public var isEmpty: Bool { parameters.isEmpty }
 
+    /// Sets `key` to `value`: the first parameter with that key (ASCII case-insensitive) takes
+    /// the value, else the pair is appended (the last parameter makes room when `maxCount` are
+    /// kept). Nothing changes unless both are tokens as `init(parsing:)` keeps them.
+    public mutating func set(_ key: String, to value: String) {
+        guard Self.isToken(key.utf8, maxLength: Self.maxKeyLength), Self.isToken(value.utf8, maxLength: Self.maxValueLength)
+        else { return }
+        let wanted = key.lowercased()
+        if let i = parameters.firstIndex(where: { $0.key.lowercased() == wanted }) {
+            parameters[i].value = value
+            return
+        }
+        if parameters.count >= Self.maxCount { parameters.removeLast() }
+        parameters.append(Parameter(key: key, value: value))
+    }
+
     /// `key=value;key=value`, or nil when nothing was kept.
     public var text: String? {
         parameters.isEmpty ? nil : parameters.map { $0.key + "=" + $0.value }.joined(separator: ";")

@@ -44,25 +44,48 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
 }
 
 /// What a selective forwarding unit writes: ICE-lite (when its agent is), BUNDLE, rtcp-mux,
-/// one codec per m-section, its own candidates in the first m-section.
+/// one codec per m-section (with its RTX or RED format when negotiated), its own candidates in
+/// the first m-section.
 public enum SfuSdp {
     /// The `o=` username and `s=` value of every description the SFU writes.
     public static let username = "minato"
 
-    /// The `a=rtcp-fb` values the SFU writes for `codec`: "nack pli" and "ccm fir" for video
-    /// (it answers both with a key frame request to the sender), none for audio.
+    /// The `a=rtcp-fb` values the SFU writes for `codec`: "nack" (it NACKs senders and answers
+    /// receivers' NACKs from its retransmission store), "nack pli" and "ccm fir" (it answers
+    /// both with a key frame request to the sender) for video; none for audio.
     public static func feedback(for codec: ForwardedCodec) -> [String] {
-        codec.kind == "video" ? ["nack pli", "ccm fir"] : []
+        codec.kind == "video" ? ["nack", "nack pli", "ccm fir"] : []
     }
 
     /// The codec the SFU takes from a sender's m-section: the first the codec map can forward,
     /// in the sender's preference order (`MediaDescription.forwardableCodecs`).
     public static func chosenCodec(_ m: MediaDescription) -> ForwardableCodec? { m.forwardableCodecs.first }
 
+    /// The sender's RTX format for the chosen video `codec` the SFU accepts (the first with
+    /// `apt=<codec>`, `MediaDescription.rtxPayloadType(associatedWith:)`); nil for audio.
+    public static func acceptedRtx(_ m: MediaDescription, for codec: ForwardableCodec) -> UInt8? {
+        codec.codec.kind == "video" ? m.rtxPayloadType(associatedWith: codec.payloadType) : nil
+    }
+
+    /// The sender's RED format around the chosen opus `codec` the SFU accepts (fmtp
+    /// `<opus>/<opus>`, `MediaDescription.redPayloadType(wrapping:)`); nil otherwise.
+    public static func acceptedRed(_ m: MediaDescription, for codec: ForwardableCodec) -> UInt8? {
+        codec.codec == .opus ? m.redPayloadType(wrapping: codec.payloadType) : nil
+    }
+
+    /// Whether the sender offered plain `a=rtcp-fb:<pt> nack` (or `*`) for video `codec`, so
+    /// it retransmits what the SFU NACKs.
+    public static func sendsNack(for codec: ForwardableCodec) -> Bool {
+        codec.codec.kind == "video" && codec.feedback.contains("nack")
+    }
+
     /// The answer to a sender's offer. Every audio/video m-section with a port and a
     /// forwardable codec is accepted with that one codec, `recvonly` if the sender sends
     /// (`inactive` otherwise), the offered header extensions Minato knows for its kind (with
-    /// the sender's ids) and the codec's SFU feedback; every other m-section is rejected
+    /// the sender's ids) and the codec's SFU feedback; beside it the offered RTX format
+    /// (`acceptedRtx`, after the codec) or RED format (`acceptedRed`, listed FIRST so Chromium
+    /// sends RED), and opus with `useinbandfec=1` (the sender adds in-band FEC); every other
+    /// m-section is rejected
     /// (`MediaDescription.rejecting`). `a=setup` answers the offer's (see `SdpTransport` for
     /// where it is read); candidates go into the first accepted m-section.
     public static func answer(toSenderOffer offer: SessionDescription, local: SdpLocalTransport, sessionId: UInt64,
@@ -73,7 +96,7 @@ public enum SfuSdp {
         for m in offer.media {
             if let mid = m.mid, !isValidMid(mid) { throw .missingMid }
             let codec = (m.kind == "audio" || m.kind == "video") && m.port != 0 ? chosenCodec(m) : nil
-            guard let codec else {
+            guard var codec else {
                 // Data channels, codecs Minato does not forward, m-sections the offerer rejected.
                 media.append(.rejecting(m))
                 continue
@@ -84,10 +107,12 @@ public enum SfuSdp {
                 return ExtMap(id: e.id, uri: e.uri)
             }
             let sending = m.direction == .sendonly || m.direction == .sendrecv
+            let rtx = acceptedRtx(m, for: codec), red = acceptedRed(m, for: codec)
+            if codec.codec == .opus { codec.parameters.set("useinbandfec", to: "1") }
             media.append(RtpMediaSection(
                 kind: m.kind, mid: mid, transport: local, setup: setup, extensions: extensions,
                 direction: sending ? .recvonly : .inactive, codec: codec, feedback: feedback(for: codec.codec),
-                includesCandidates: bundle.isEmpty).media)
+                rtxPayloadType: rtx, redPayloadType: red, includesCandidates: bundle.isEmpty).media)
             bundle.append(mid)
         }
         return SessionDescription(username: username, sessionName: username, sessionId: sessionId, version: version,
@@ -106,9 +131,17 @@ public enum SfuSdp {
         public var streamId: String
         public var trackId: String
         public var cname: String
+        /// Video: the RTX payload type offered beside the codec (`apt=<codec>`), nil for none.
+        public var rtxPayloadType: UInt8?
+        /// Video: the SSRC of the RTX stream (`a=ssrc-group:FID <ssrc> <rtxSsrc>`), written
+        /// with `rtxPayloadType` on an active stream.
+        public var rtxSsrc: UInt32?
+        /// Audio: the RED payload type offered first, around opus; nil for none.
+        public var redPayloadType: UInt8?
 
         public init(mid: String, kind: String, codec: ForwardableCodec, active: Bool, ssrc: UInt32, streamId: String,
-                    trackId: String, cname: String) {
+                    trackId: String, cname: String, rtxPayloadType: UInt8? = nil, rtxSsrc: UInt32? = nil,
+                    redPayloadType: UInt8? = nil) {
             self.mid = mid
             self.kind = kind
             self.codec = codec
@@ -117,13 +150,37 @@ public enum SfuSdp {
             self.streamId = streamId
             self.trackId = trackId
             self.cname = cname
+            self.rtxPayloadType = rtxPayloadType
+            self.rtxSsrc = rtxSsrc
+            self.redPayloadType = redPayloadType
         }
+
+        /// The RTX SSRC written for this stream: set, nonzero, not the media SSRC, with an RTX
+        /// payload type beside a video codec; nil otherwise.
+        var writtenRtxSsrc: UInt32? {
+            guard codec.codec.kind == "video", let pt = rtxPayloadType, pt & 0x7F != codec.payloadType,
+                  let rtx = rtxSsrc, rtx != 0, rtx != ssrc else { return nil }
+            return rtx
+        }
+    }
+
+    /// The RTX payload type the SFU offers receivers of video `codec`: the sender's
+    /// (`senderRtx`) when it had one, else `codec + 1` when that is in 96...127 (the layout
+    /// browsers use), else 96 (the codec's is then outside 95...126); nil for audio.
+    public static func receiverRtxPayloadType(for codec: ForwardableCodec, senderRtx: UInt8?) -> UInt8? {
+        guard codec.codec.kind == "video" else { return nil }
+        let pt = codec.payloadType
+        if let senderRtx, senderRtx <= 127, senderRtx != pt { return senderRtx }
+        return (95...126).contains(pt) ? pt + 1 : 96
     }
 
     /// The offer to a receiver: every stream BUNDLEd in order, `a=setup:actpass`, `sendonly`
     /// with `a=msid` and `a=ssrc` cname/msid lines for an active stream (`inactive` without
     /// them otherwise), Minato's header extension ids for the kind, rtcp-rsize, the codec with
-    /// its SFU feedback; candidates in the first m-section.
+    /// its SFU feedback, its RED format first / RTX format after it when the stream has one
+    /// (an active video stream with RTX also gets `a=ssrc-group:FID <ssrc> <rtxSsrc>` and
+    /// cname/msid lines for the RTX SSRC, as Chromium writes them); candidates in the first
+    /// m-section.
     public static func receiveOffer(streams: [ReceiverStream], local: SdpLocalTransport, sessionId: UInt64,
                                     version: Int) -> SessionDescription {
         var media: [MediaDescription] = []
@@ -133,15 +190,55 @@ public enum SfuSdp {
                 return ExtMap(id: id, uri: e.uri)
             }
             let msid = s.streamId + " " + s.trackId
+            var groups: [SsrcGroup] = []
+            var ssrcs: [SsrcLine] = []
+            if s.active {
+                var all = [s.ssrc]
+                if let rtx = s.writtenRtxSsrc {
+                    all.append(rtx)
+                    groups.append(SsrcGroup(semantics: "FID", ssrcs: all))
+                }
+                for ssrc in all {
+                    ssrcs += [SsrcLine(ssrc: ssrc, attribute: "cname", value: s.cname),
+                              SsrcLine(ssrc: ssrc, attribute: "msid", value: msid)]
+                }
+            }
             media.append(RtpMediaSection(
                 kind: s.kind, mid: s.mid, transport: local, setup: .actpass, extensions: extensions,
                 direction: s.active ? .sendonly : .inactive, msid: s.active ? msid : nil, reducedSizeRtcp: true,
-                codec: s.codec, feedback: feedback(for: s.codec.codec),
-                ssrcs: s.active ? [SsrcLine(ssrc: s.ssrc, attribute: "cname", value: s.cname),
-                                   SsrcLine(ssrc: s.ssrc, attribute: "msid", value: msid)] : [],
-                includesCandidates: i == 0).media)
+                codec: s.codec, feedback: feedback(for: s.codec.codec), rtxPayloadType: s.rtxPayloadType,
+                redPayloadType: s.redPayloadType, ssrcGroups: groups, ssrcs: ssrcs, includesCandidates: i == 0).media)
         }
         return SessionDescription(username: username, sessionName: username, sessionId: sessionId, version: version,
                                   bundle: streams.map(\.mid), iceLite: local.iceLite, media: media)
+    }
+
+    /// Which extra formats of an offered stream a receiver's answer accepted.
+    public struct ReceiverAcceptance: Sendable, Equatable {
+        /// The stream's RTX format is on the answer's m= line, described as RTX for the codec.
+        public var rtx: Bool
+        /// The stream's RED format is on the answer's m= line, described as RED of opus.
+        public var red: Bool
+
+        public init(rtx: Bool, red: Bool) {
+            self.rtx = rtx
+            self.red = red
+        }
+
+        public static let nothing = ReceiverAcceptance(rtx: false, red: false)
+    }
+
+    /// What `answer` accepted of `stream`: its m-section is the first with the stream's mid;
+    /// that m-section must be an RTP one of the stream's kind with a port and list the codec's
+    /// payload type; then each extra format counts when it is listed with an rtpmap and fmtp of its
+    /// shape (`MediaDescription.isRtxFormat` / `isRedFormat`). A missing, rejected or
+    /// malformed m-section accepts nothing; nothing here throws.
+    public static func acceptance(of stream: ReceiverStream, in answer: SessionDescription) -> ReceiverAcceptance {
+        guard let m = answer.media.first(where: { $0.mid == stream.mid }), m.port != 0, m.kind == stream.kind,
+              m.proto.contains("RTP"), m.payloadTypes.contains(stream.codec.payloadType) else { return .nothing }
+        let pt = stream.codec.payloadType
+        let rtx = stream.codec.codec.kind == "video" && stream.rtxPayloadType.map { m.isRtxFormat($0, associatedWith: pt) } == true
+        let red = stream.codec.codec == .opus && stream.redPayloadType.map { m.isRedFormat($0, wrapping: pt) } == true
+        return ReceiverAcceptance(rtx: rtx, red: red)
     }
 }

@@ -43,8 +43,9 @@ extension MediaDescription {
 ///     a=<direction>
 ///     a=msid (when set)
 ///     a=rtcp-mux, a=rtcp-rsize (when set)
-///     a=rtpmap, a=fmtp, a=rtcp-fb ...
-///     a=ssrc ...
+///     a=rtpmap, a=fmtp (RED, when set), a=rtpmap, a=fmtp, a=rtcp-fb ... (the codec),
+///     a=rtpmap, a=fmtp (RTX, when set)
+///     a=ssrc-group ..., a=ssrc ...
 ///     a=candidate ..., a=end-of-candidates (when `includesCandidates`)
 public struct RtpMediaSection: Sendable {
     /// "audio" or "video".
@@ -64,14 +65,23 @@ public struct RtpMediaSection: Sendable {
     /// The `a=rtcp-fb` values written for the codec (not `codec.feedback`, which is what a
     /// peer offered).
     public var feedback: [String]
+    /// RTX (RFC 4588) beside a video codec: this payload type with `apt=<codec>`, listed after
+    /// the codec on the m= line. Ignored for audio or when equal to the codec's payload type.
+    public var rtxPayloadType: UInt8?
+    /// RED (RFC 2198) around opus: this payload type with fmtp `<opus>/<opus>`, listed FIRST
+    /// on the m= line (Chromium sends RED only when it is the first negotiated codec).
+    /// Ignored for other codecs or when equal to the codec's payload type.
+    public var redPayloadType: UInt8?
+    /// `a=ssrc-group` lines (e.g. `FID <media> <rtx>`), written before the `a=ssrc` lines.
+    public var ssrcGroups: [SsrcGroup]
     public var ssrcs: [SsrcLine]
     /// Candidates and end-of-candidates go into the first m-section of a BUNDLE group only.
     public var includesCandidates: Bool
 
     public init(kind: String, port: Int = 9, address: String = "127.0.0.1", mid: String, transport: SdpLocalTransport,
                 setup: DtlsSetup, extensions: [ExtMap] = [], direction: MediaDirection, msid: String? = nil,
-                reducedSizeRtcp: Bool = false, codec: ForwardableCodec, feedback: [String], ssrcs: [SsrcLine] = [],
-                includesCandidates: Bool) {
+                reducedSizeRtcp: Bool = false, codec: ForwardableCodec, feedback: [String], rtxPayloadType: UInt8? = nil,
+                redPayloadType: UInt8? = nil, ssrcGroups: [SsrcGroup] = [], ssrcs: [SsrcLine] = [], includesCandidates: Bool) {
         self.kind = kind
         self.port = port
         self.address = address
@@ -84,6 +94,9 @@ public struct RtpMediaSection: Sendable {
         self.reducedSizeRtcp = reducedSizeRtcp
         self.codec = codec
         self.feedback = feedback
+        self.rtxPayloadType = rtxPayloadType
+        self.redPayloadType = redPayloadType
+        self.ssrcGroups = ssrcGroups
         self.ssrcs = ssrcs
         self.includesCandidates = includesCandidates
     }
@@ -96,10 +109,23 @@ public struct RtpMediaSection: Sendable {
         if let msid { a.append(SdpAttribute(name: "msid", value: msid)) }
         a.append(SdpAttribute(name: "rtcp-mux"))
         if reducedSizeRtcp { a.append(SdpAttribute(name: "rtcp-rsize")) }
+        let pt = codec.payloadType
+        let red = codec.codec == .opus ? Self.other(redPayloadType, than: pt) : nil
+        let rtx = codec.codec.kind == "video" ? Self.other(rtxPayloadType, than: pt) : nil
+        if let red { a += RtxRedAttributes.red(red, wrapping: pt) }
         a += codec.attributes(feedback: feedback)
+        if let rtx { a += RtxRedAttributes.rtx(rtx, associatedWith: pt) }
+        for g in ssrcGroups { a.append(SdpAttribute(name: "ssrc-group", value: g.attributeValue)) }
         for s in ssrcs { a.append(SdpAttribute(name: "ssrc", value: s.attributeValue)) }
         if includesCandidates { a += transport.candidateAttributes }
-        return MediaDescription(kind: kind, port: port, formats: [String(codec.payloadType)],
+        let formats = (red.map { [$0] } ?? []) + [pt] + (rtx.map { [$0] } ?? [])
+        return MediaDescription(kind: kind, port: port, formats: formats.map { String($0) },
                                 connection: "IN IP4 " + address, attributes: a)
+    }
+
+    /// `pt` kept to 0...127, or nil when absent or the same as `codec`.
+    private static func other(_ pt: UInt8?, than codec: UInt8) -> UInt8? {
+        guard let pt, pt & 0x7F != codec else { return nil }
+        return pt & 0x7F
     }
 }

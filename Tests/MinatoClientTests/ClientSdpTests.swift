@@ -160,7 +160,11 @@ import MinatoWire
         #expect(lines.filter { $0.hasPrefix("a=candidate:") }.count == 1 && lines.filter { $0 == "a=end-of-candidates" }.count == 1)
         #expect(!lines.contains { $0.hasPrefix("a=extmap") || $0.hasPrefix("a=ssrc") || $0.hasPrefix("a=msid:") })
         #expect(streams.map(\.mid) == ["0", "1", "2"])
-        #expect(streams.map(\.ssrcs) == [[1001], [1002], []])
+        // The offer lists RED first for opus and RTX after VP8/H264; the answer takes only the
+        // primary codec (the client decodes neither), so the server sends plain opus and VP8.
+        #expect(offer.media.map(\.formats) == [["63", "111"], ["96", "97"], ["102", "103"]])
+        #expect(!lines.contains { $0.contains("rtx") || $0.contains("red/") || $0 == "a=rtcp-fb:96 nack" })
+        #expect(streams.map(\.ssrcs) == [[1001], [1002, 2002], []])   // media SSRC first, then the RTX SSRC
         #expect(streams.map(\.direction) == [.sendonly, .sendonly, .inactive])
         #expect(streams.map { $0.codec?.encodingName } == ["opus", "VP8", "H264"])
         // The transport the client reads from Minato's offer.

@@ -33,19 +33,21 @@ import Testing
         let lines = normalizedLines(text)
         #expect(Array(lines.prefix(7)) == ["v=0", "o=minato 4242 3 IN IP4 127.0.0.1", "s=minato", "t=0 0",
                                           "a=group:BUNDLE 0 1", "a=ice-lite", "a=msid-semantic: WMS *"])
-        #expect(lines.filter { $0.hasPrefix("m=") } == ["m=audio 9 UDP/TLS/RTP/SAVPF 111", "m=video 9 UDP/TLS/RTP/SAVPF 96"])
+        #expect(lines.filter { $0.hasPrefix("m=") } == ["m=audio 9 UDP/TLS/RTP/SAVPF 63 111", "m=video 9 UDP/TLS/RTP/SAVPF 96 97"])
         #expect(lines.filter { $0 == "a=setup:passive" }.count == 2)
         #expect(lines.filter { $0 == "a=recvonly" }.count == 2)
         #expect(lines.contains("a=rtpmap:111 opus/48000/2") && lines.contains("a=fmtp:111 minptime=10;useinbandfec=1"))
+        #expect(lines.contains("a=rtpmap:63 red/48000/2") && lines.contains("a=fmtp:63 111/111"))
         #expect(lines.contains("a=rtpmap:96 VP8/90000"))
-        #expect(lines.filter { $0.hasPrefix("a=rtcp-fb:") } == ["a=rtcp-fb:96 nack pli", "a=rtcp-fb:96 ccm fir"])
+        #expect(lines.contains("a=rtpmap:97 rtx/90000") && lines.contains("a=fmtp:97 apt=96"))
+        #expect(lines.filter { $0.hasPrefix("a=rtcp-fb:") } == ["a=rtcp-fb:96 nack", "a=rtcp-fb:96 nack pli", "a=rtcp-fb:96 ccm fir"])
         // Only extensions Minato knows, with the publisher's ids; never transport-cc.
         #expect(!text.contains("transport-wide-cc"))
         #expect(lines.contains("a=extmap:1 urn:ietf:params:rtp-hdrext:ssrc-audio-level"))
         #expect(lines.contains("a=extmap:14 urn:ietf:params:rtp-hdrext:toffset"))
         // Candidates and end-of-candidates once, in the first m-section.
-        let audio = try #require(lines.firstIndex(of: "m=audio 9 UDP/TLS/RTP/SAVPF 111"))
-        let video = try #require(lines.firstIndex(of: "m=video 9 UDP/TLS/RTP/SAVPF 96"))
+        let audio = try #require(lines.firstIndex(of: "m=audio 9 UDP/TLS/RTP/SAVPF 63 111"))
+        let video = try #require(lines.firstIndex(of: "m=video 9 UDP/TLS/RTP/SAVPF 96 97"))
         let candidate = try #require(lines.firstIndex(of: "a=candidate:1 1 UDP 2015363327 127.0.0.1 40001 typ host"))
         #expect(candidate > audio && candidate < video)
         #expect(lines.filter { $0 == "a=end-of-candidates" }.count == 1)
@@ -58,9 +60,10 @@ import Testing
         #expect(gst.bundleGroup == ["video0"])
         #expect(gst.media[1].port == 0 && gst.media[1].mid == "audio1" && gst.media[1].direction == .inactive)
         #expect(gst.media[1].mediaLine == "audio 0 UDP/TLS/RTP/SAVPF 97")
-        // Simulcast offer: H264 (packetization-mode=1) is preferred and chosen; fmtp rebuilt.
+        // Simulcast offer: H264 (packetization-mode=1) is preferred and chosen with its RTX; fmtp rebuilt.
         let sim = try SessionDescription.parse(Self.answer(.chromiumSimulcast))
-        #expect(sim.media[1].rtpMaps == [RtpMap(payloadType: 102, encodingName: "H264", clockRate: 90000)])
+        #expect(sim.media[1].rtpMaps == [RtpMap(payloadType: 102, encodingName: "H264", clockRate: 90000),
+                                         RtpMap(payloadType: 103, encodingName: "rtx", clockRate: 90000)])
         #expect(sim.media[1].fmtp(for: 102) == "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42001f")
         // An offerer's `a=setup:passive` makes Minato active.
         var passive = try Fixture.aiortcOffer.parsed()
@@ -88,9 +91,12 @@ import Testing
         let vp8 = try #require(SfuSdp.chosenCodec(chromium.media[1]))
         let h264 = try #require(SfuSdp.chosenCodec(simulcast.media[1]))
         return [
-            .init(mid: "0", kind: "audio", codec: opus, active: true, ssrc: 1001, streamId: "pub-a", trackId: "track-a", cname: "minato"),
-            .init(mid: "1", kind: "video", codec: vp8, active: true, ssrc: 1002, streamId: "pub-v", trackId: "track-v", cname: "minato"),
-            .init(mid: "2", kind: "video", codec: h264, active: false, ssrc: 1003, streamId: "pub-h", trackId: "track-h", cname: "minato"),
+            .init(mid: "0", kind: "audio", codec: opus, active: true, ssrc: 1001, streamId: "pub-a", trackId: "track-a", cname: "minato",
+                  redPayloadType: 63),
+            .init(mid: "1", kind: "video", codec: vp8, active: true, ssrc: 1002, streamId: "pub-v", trackId: "track-v", cname: "minato",
+                  rtxPayloadType: 97, rtxSsrc: 2002),
+            .init(mid: "2", kind: "video", codec: h264, active: false, ssrc: 1003, streamId: "pub-h", trackId: "track-h", cname: "minato",
+                  rtxPayloadType: 103, rtxSsrc: 2003),
         ]
     }
 
@@ -106,8 +112,12 @@ import Testing
         #expect(lines.filter { $0 == "a=setup:actpass" }.count == 3)
         #expect(lines.filter { $0.hasPrefix("a=sendonly") || $0 == "a=inactive" } == ["a=sendonly", "a=sendonly", "a=inactive"])
         #expect(lines.filter { $0.hasPrefix("a=msid:") } == ["a=msid:pub-a track-a", "a=msid:pub-v track-v"])
-        #expect(lines.filter { $0.hasPrefix("a=ssrc:") } == ["a=ssrc:1001 cname:minato", "a=ssrc:1001 msid:pub-a track-a",
-                                                              "a=ssrc:1002 cname:minato", "a=ssrc:1002 msid:pub-v track-v"])
+        #expect(lines.filter { $0.hasPrefix("a=ssrc") } == ["a=ssrc:1001 cname:minato", "a=ssrc:1001 msid:pub-a track-a",
+                                                             "a=ssrc-group:FID 1002 2002",
+                                                             "a=ssrc:1002 cname:minato", "a=ssrc:1002 msid:pub-v track-v",
+                                                             "a=ssrc:2002 cname:minato", "a=ssrc:2002 msid:pub-v track-v"])
+        #expect(lines.filter { $0.hasPrefix("m=") } == ["m=audio 9 UDP/TLS/RTP/SAVPF 63 111", "m=video 9 UDP/TLS/RTP/SAVPF 96 97",
+                                                       "m=video 9 UDP/TLS/RTP/SAVPF 102 103"])
         #expect(lines.filter { $0 == "a=rtcp-rsize" }.count == 3)
         // Minato's own extension ids: audio 1, 2; video 2, 3, 4; never the MID.
         #expect(lines.filter { $0.hasPrefix("a=extmap:") } == [
@@ -120,7 +130,7 @@ import Testing
         #expect(lines.filter { $0.hasPrefix("a=candidate:") }.count == 1)
         let parsed = try SessionDescription.parse(text)
         #expect(parsed.media[0].endOfCandidates && !parsed.media[1].endOfCandidates)
-        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack pli", "ccm fir"])
+        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack", "nack pli", "ccm fir"])
     }
 
     @Test func emptyReceiveOfferHasNoBundleGroup() {
