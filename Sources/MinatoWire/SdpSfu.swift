@@ -82,7 +82,7 @@ public enum SfuSdp {
     /// The answer to a sender's offer. Every audio/video m-section with a port and a
     /// forwardable codec is accepted with that one codec, `recvonly` if the sender sends
     /// (`inactive` otherwise), the offered header extensions Minato knows for its kind (with
-    /// the sender's ids) and the codec's SFU feedback; beside it the offered RTX format
+    /// the sender's ids) and the codec's SFU feedback that the offer also lists; beside it the offered RTX format
     /// (`acceptedRtx`, after the codec) or RED format (`acceptedRed`, listed FIRST so Chromium
     /// sends RED), and opus with `useinbandfec=1` (the sender adds in-band FEC); every other
     /// m-section is rejected
@@ -111,7 +111,9 @@ public enum SfuSdp {
             if codec.codec == .opus { codec.parameters.set("useinbandfec", to: "1") }
             media.append(RtpMediaSection(
                 kind: m.kind, mid: mid, transport: local, setup: setup, extensions: extensions,
-                direction: sending ? .recvonly : .inactive, codec: codec, feedback: feedback(for: codec.codec),
+                direction: sending ? .recvonly : .inactive, codec: codec,
+                // An answer may only keep feedback the offer has (RFC 4585 4.2).
+                feedback: feedback(for: codec.codec).filter { codec.feedback.contains($0) },
                 rtxPayloadType: rtx, redPayloadType: red, includesCandidates: bundle.isEmpty).media)
             bundle.append(mid)
         }

@@ -43,14 +43,16 @@ import Testing
         let aiortc = try Self.answer(Fixture.aiortcOffer.parsed())
         #expect(aiortc.media[0].formats == ["96"] && aiortc.media[0].fmtp(for: 96) == "useinbandfec=1")
         #expect(aiortc.media[1].formats == ["97", "98"] && aiortc.media[1].rtpMap(for: 98)?.encodingName == "rtx")
-        #expect(aiortc.media[1].rtcpFeedback(for: 97) == ["nack", "nack pli", "ccm fir"])
+        // aiortc offers no "ccm fir": the answer keeps only what was offered (RFC 4585 4.2).
+        #expect(aiortc.media[1].rtcpFeedback(for: 97) == ["nack", "nack pli"])
     }
 
     @Test func noRtxOrRedWhenNotOffered() throws {
         // GStreamer offers VP8 without RTX; its opus m-section is rejected (bundle-only, port 0).
         let gst = try Self.answer(Fixture.gstreamerOffer.parsed())
         #expect(gst.media[0].formats == ["96"] && gst.media[0].rtpMaps.count == 1)
-        #expect(gst.media[0].rtcpFeedback(for: 96) == ["nack", "nack pli", "ccm fir"])
+        // GStreamer offers no plain "nack": the answer does not add it (and Minato does not NACK it).
+        #expect(gst.media[0].rtcpFeedback(for: 96) == ["nack pli", "ccm fir"])
         #expect(!gst.serialize().contains("rtx") && !gst.serialize().contains("red/"))
         // Chromium's offer without its RED and RTX formats.
         var offer = try Fixture.chromiumOffer.parsed()
