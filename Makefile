@@ -3,7 +3,7 @@ SWIFT ?= swift
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -57,6 +57,13 @@ bench-full: deps
 ## 10 s of fan-out 1->10 against Minato only; fails on >5% loss or no packets (CI).
 bench-smoke: deps
 	bash bench/run.sh smoke
+
+## Video under random UDP loss (0, 1, 2, 5%, both legs; nftables), an aiortc VP8 pair through
+## Minato and through Janus in the same run, 15 s per level, each server in its own loopback-only
+## namespace (bench/loss.sh; about 4 minutes). Server: $MINATO_BIN, else .build/release/minato if
+## present, else .build/debug/minato. Results: bench/results/loss.{json,md,png}.
+bench-loss: deps
+	bash bench/loss.sh
 
 ## What CI runs: the README's test command, the sanitizers, 20 s of each fuzzer, the micro
 ## benchmarks' zero-allocation check and a 10 s load smoke run.

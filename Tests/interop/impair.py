@@ -1,0 +1,137 @@
+"""Impairs UDP inside the current network namespace with nftables (there is no netem here).
+
+One table of our own (`minato_impair`) with one chain on the *input* hook. On loopback every
+packet is sent and received in the same namespace, so one chain sees every UDP datagram once
+and one rule impairs both legs of a call (publisher -> server and server -> subscriber).
+Two rules, both with counters:
+  1. "seen":    the datagrams the impairment applies to (all UDP, or one port's),
+  2. "dropped": `numgen random mod 1000 < N drop` on the same datagrams (N per mille).
+Match a port to impair one leg only: `sport=` the publisher's own port drops what it sends
+(publisher -> server), `dport=` the subscriber's own port drops what it receives
+(server -> subscriber). The client ports are in the clients' SDP (`candidate_port` in
+loss_pair.py), so this works whatever ports the server uses.
+
+Why input and not output (where TESTING.md puts it): a drop in the output hook (a) makes the
+sender's sendmsg/sendmmsg fail with EPERM, which no real network does (a sendmmsg batch then
+stops at the dropped packet), and (b) sees a UDP GSO message (the server sends runs of
+equal-size packets as one) as one packet, so a "2%" drop loses a burst. Dropping on input after
+`ip link set lo gso_max_segs 1` (the kernel then splits GSO messages before delivery) drops
+single datagrams silently, like a lossy link. `hook="output"` keeps the old behaviour.
+
+    with UdpLoss(2.0) as loss:        # 2% of every UDP datagram
+        ...
+        print(loss.counters())        # {"seen": 9200, "dropped": 181}
+
+The table is deleted (and lo's gso_max_segs restored) on exit, also when the body raises. Run
+as root in a loopback-only namespace (scripts/interop.sh, bench/loss.sh); `nft` comes from
+scripts/interop-setup.sh.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from typing import Optional
+
+TABLE = "minato_impair"
+
+
+def nft_binary() -> str:
+    path = shutil.which("nft") or "/usr/sbin/nft"
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("nft (Debian package nftables) is missing: run scripts/interop-setup.sh")
+    return path
+
+
+def nft(*args: str, script: Optional[str] = None) -> str:
+    """Runs `nft ARGS` (or `nft -f -` with `script` on stdin); raises with nft's message on failure."""
+    cmd = [nft_binary(), *(args or ("-f", "-"))]
+    r = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}\n{script or ''}")
+    return r.stdout
+
+
+def lo_gso_max_segs(value: Optional[int] = None) -> int:
+    """lo's gso_max_segs (the previous value); sets it when `value` is given."""
+    r = subprocess.run(["ip", "-d", "-j", "link", "show", "lo"], capture_output=True, text=True, check=True)
+    old = int(json.loads(r.stdout)[0].get("gso_max_segs", 65535))
+    if value is not None and value != old:
+        subprocess.run(["ip", "link", "set", "lo", "gso_max_segs", str(value)], check=True, capture_output=True)
+    return old
+
+
+def delete_table(table: str = TABLE) -> None:
+    """Deletes the table if it exists (nft 1.0.6 has no `destroy`: add it first, then delete)."""
+    nft(script=f"add table inet {table}\ndelete table inet {table}\n")
+
+
+class UdpLoss:
+    """Random loss of `percent` % (0.1% steps) of UDP packets sent in this namespace: all of
+    them, or only those from `sport` and/or to `dport`. A context manager; `counters()` reads
+    how many datagrams matched and how many were dropped so far."""
+
+    def __init__(self, percent: float, *, sport: Optional[int] = None, dport: Optional[int] = None,
+                 hook: str = "input", table: str = TABLE) -> None:
+        if not 0 <= percent <= 100:
+            raise ValueError(f"loss {percent}% is not within 0..100")
+        self.percent = percent
+        self.permille = round(percent * 10)
+        self.sport, self.dport = sport, dport
+        self.table = table
+        if hook not in ("input", "output"):
+            raise ValueError(f"hook {hook!r}: input or output")
+        self.hook = hook
+        self._gso_max_segs: Optional[int] = None
+        match = "meta l4proto udp"
+        if sport is not None:
+            match += f" udp sport {int(sport)}"
+        if dport is not None:
+            match += f" udp dport {int(dport)}"
+        self.match = match
+
+    def describe(self) -> str:
+        where = "every UDP packet"
+        if self.sport is not None or self.dport is not None:
+            where = " ".join(f"{k} {v}" for k, v in (("from port", self.sport), ("to port", self.dport)) if v is not None)
+        return f"{self.percent:g}% of {where}"
+
+    def start(self) -> "UdpLoss":
+        delete_table(self.table)          # a table left behind by a killed run
+        if self.hook == "input":          # one datagram per GSO segment from here on
+            self._gso_max_segs = lo_gso_max_segs(1)
+        nft(script=f"""table inet {self.table} {{
+    chain impair {{
+        type filter hook {self.hook} priority 0; policy accept;
+        {self.match} counter comment "seen"
+        {self.match} numgen random mod 1000 < {self.permille} counter drop comment "dropped"
+    }}
+}}
+""")
+        return self
+
+    def stop(self) -> None:
+        try:
+            delete_table(self.table)
+        finally:
+            if self._gso_max_segs is not None:
+                lo_gso_max_segs(self._gso_max_segs)
+                self._gso_max_segs = None
+
+    def counters(self) -> dict[str, int]:
+        """{"seen": packets matched, "dropped": packets dropped} since start()."""
+        out = {"seen": 0, "dropped": 0}
+        for item in json.loads(nft("-j", "list", "table", "inet", self.table))["nftables"]:
+            rule = item.get("rule")
+            if rule and rule.get("comment") in out:
+                for expr in rule["expr"]:
+                    if "counter" in expr:
+                        out[rule["comment"]] = expr["counter"]["packets"]
+        return out
+
+    def __enter__(self) -> "UdpLoss":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
