@@ -134,7 +134,12 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
             if (errno == EINTR) continue;
             /* A kernel or device without UDP GSO: tell the caller to send without it. */
             if (gso && done == 0 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) return -2;
-            return packets > 0 ? (int)packets : -1;
+            /* The socket is full: the rest would fail too. */
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return packets > 0 ? (int)packets : -1;
+            /* Only this message was refused (a firewall rule, an ICMP error left by an earlier
+             * send, a datagram too large): skip it and send the rest of the batch. */
+            done++;
+            continue;
         }
         if (r == 0) break;
         for (int k = 0; k < r; k++) packets += (unsigned int)msgs[done + k].msg_hdr.msg_iovlen;

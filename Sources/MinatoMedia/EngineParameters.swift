@@ -115,8 +115,9 @@ public struct EngineTuning: Sendable, Equatable {
     /// Packets held per video producer for answering NACKs (rounded up to a power of two;
     /// each takes 1.5 KiB, preallocated when the producer is added).
     public var retransmissionPackets: Int = 512
-    /// How long a stored packet can be resent.
-    public var retransmissionMaxAge: Nanoseconds = 1_000_000_000
+    /// How long a stored packet can be resent (2 s: aiortc's receiver repeats a NACK only when a
+    /// new gap appears, up to about 2 s after the loss).
+    public var retransmissionMaxAge: Nanoseconds = 2_000_000_000
     /// How long a missing packet from a publisher is NACKed before it is given up.
     public var nackMaxAge: Nanoseconds = 1_000_000_000
     /// How many times one missing packet is NACKed at most.

@@ -39,15 +39,13 @@ public struct ServerConfiguration: Sendable {
     /// `media.retransmissionBufferPackets`: packets kept per video publication for answering
     /// subscribers' NACKs (1.5 KiB each, preallocated; rounded up to a power of two).
     public var retransmissionBufferPackets = 512
-    /// `media.retransmissionMaxAgeMs`: how long a kept packet may be resent, and how long a
-    /// packet missing from a publisher is NACKed before a keyframe is asked for instead.
-    public var retransmissionMaxAgeMs = 1000
+    /// `media.retransmissionMaxAgeMs`: how long a kept packet may be resent.
+    public var retransmissionMaxAgeMs = 2000
     /// The media engine's loss-recovery settings from the keys above.
     public var engineTuning: EngineTuning {
         var t = EngineTuning()
         t.retransmissionPackets = retransmissionBufferPackets
         t.retransmissionMaxAge = UInt64(retransmissionMaxAgeMs) * 1_000_000
-        t.nackMaxAge = UInt64(retransmissionMaxAgeMs) * 1_000_000
         return t
     }
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and

@@ -113,7 +113,7 @@ extension EngineHarness {
         h.nack([first.seq &- 1, first.seq &+ 1], ssrc: 0xB0B0, on: b)   // before the run; not sent yet
         #expect(h.drain().isEmpty)
         #expect(h.engine.retransmissionMisses == 2)
-        h.now &+= 1_100_000_000                            // older than the store keeps packets
+        h.now &+= 2_100_000_000                            // older than the store keeps packets
         h.nack([first.seq], ssrc: 0xB0B0, on: b)
         #expect(h.drain().isEmpty && h.engine.retransmissionMisses == 3)
     }
