@@ -374,6 +374,9 @@ public final class MediaEngine {
     @inline(__always) func isActive(_ c: ConsumerId) -> Bool {
         Int(c.slot) < consumers.count && consumers[Int(c.slot)].active && consumers[Int(c.slot)].generation == c.generation
     }
+    func transportIndex(_ slot: Int) -> TransportIndex {
+        TransportIndex(slot: UInt32(truncatingIfNeeded: slot), generation: transports[slot].generation)
+    }
     func producerId(_ slot: Int) -> ProducerId {
         ProducerId(slot: UInt32(truncatingIfNeeded: slot), generation: producers[slot].generation)
     }

@@ -52,9 +52,11 @@ public enum SfuSdp {
 
     /// The `a=rtcp-fb` values the SFU writes for `codec`: "nack" (it NACKs senders and answers
     /// receivers' NACKs from its retransmission store), "nack pli" and "ccm fir" (it answers
-    /// both with a key frame request to the sender) for video; none for audio.
+    /// both with a key frame request to the sender), "rrtr" (it answers a receiver's RTCP XR
+    /// reference time with a DLRR, so a receive-only browser learns its round-trip time and
+    /// paces its NACK retries by it) for video; none for audio.
     public static func feedback(for codec: ForwardedCodec) -> [String] {
-        codec.kind == "video" ? ["nack", "nack pli", "ccm fir"] : []
+        codec.kind == "video" ? ["nack", "nack pli", "ccm fir", "rrtr"] : []
     }
 
     /// The codec the SFU takes from a sender's m-section: the first the codec map can forward,

@@ -172,7 +172,7 @@ import Testing
         #expect(audio.rtpMap(for: 63) == RtpMap(payloadType: 63, encodingName: "red", clockRate: 48000, channels: 2))
         #expect(audio.fmtp(for: 63) == "111/111" && audio.ssrcIds == [1001] && audio.ssrcGroups.isEmpty)
         #expect(video.formats == ["96", "97"])
-        #expect(video.fmtp(for: 97) == "apt=96" && video.rtcpFeedback(for: 96) == ["nack", "nack pli", "ccm fir"])
+        #expect(video.fmtp(for: 97) == "apt=96" && video.rtcpFeedback(for: 96) == ["nack", "nack pli", "ccm fir", "rrtr"])
         #expect(video.ssrcGroups == [SsrcGroup(semantics: "FID", ssrcs: [1002, 2002])])
         #expect(Self.lines(video).filter { $0.hasPrefix("a=ssrc") } == [
             "a=ssrc-group:FID 1002 2002",

@@ -130,7 +130,7 @@ import Testing
         #expect(lines.filter { $0.hasPrefix("a=candidate:") }.count == 1)
         let parsed = try SessionDescription.parse(text)
         #expect(parsed.media[0].endOfCandidates && !parsed.media[1].endOfCandidates)
-        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack", "nack pli", "ccm fir"])
+        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack", "nack pli", "ccm fir", "rrtr"])
     }
 
     @Test func emptyReceiveOfferHasNoBundleGroup() {
