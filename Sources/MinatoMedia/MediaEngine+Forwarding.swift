@@ -148,6 +148,12 @@ extension MediaEngine {
         if resentSequences[mark] == sequence, resentAt[mark] != 0, now &- resentAt[mark] < rtt {
             retransmissionsThrottled &+= 1; return
         }
+        if now &- consumers[c].resendWindowStart >= Self.resendWindow {
+            consumers[c].resendWindowStart = now
+            consumers[c].resendsInWindow = 0
+        }
+        guard consumers[c].resendsInWindow < Self.resendBudget else { retransmissionsThrottled &+= 1; return }
+        consumers[c].resendsInWindow += 1
         guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
         let slot = outbox + transmitCount * Self.slotSize
         let rtxSsrc = consumers[c].parameters.rtxSsrc, rtxPayloadType = consumers[c].parameters.rtxPayloadType

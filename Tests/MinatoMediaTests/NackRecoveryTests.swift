@@ -192,3 +192,25 @@ extension EngineHarness {
         #expect(g.received(20, now: 5) == .gapTooLarge && g.missingCount == 0)
     }
 }
+
+/// What NACKs can make the server send is bounded per consumer, whatever a subscriber asks.
+@Suite struct ResendBudgetTests {
+    @Test func atMostFiftyResendsPerConsumerPerHundredMilliseconds() throws {
+        let h = EngineHarness()
+        let p = try h.producer()
+        let b = h.subscriber()
+        _ = try h.consumer(p, on: b, ssrc: 0xB0B0, pt: 100)
+        _ = h.drain()
+        var sequences: [UInt16] = []
+        for i in 0..<120 {
+            if let r = h.send(keyframe: i == 0, advance: 1_000_000).first?.rtp { sequences.append(r.seq) }
+        }
+        #expect(sequences.count == 120)
+        h.nack(sequences, ssrc: 0xB0B0, on: b)             // 120 packets asked for at once
+        #expect(h.drain().count == 50)
+        #expect(h.engine.retransmissionsThrottled == 70)
+        h.now &+= 100_000_000                               // the next window
+        h.nack(Array(sequences[50..<120]), ssrc: 0xB0B0, on: b)
+        #expect(h.drain().count == 50)
+    }
+}
