@@ -196,10 +196,15 @@ extension MediaEngine {
         rtpBytesQueued &+= UInt64(length)
     }
 
-    /// The transport's measured round-trip time, or the tuning's default where none was measured.
+    /// The transport's measured round-trip time, else its paired transport's (the same client's
+    /// other connection), else the tuning's default.
     @inline(__always)
     func roundTripTime(_ t: TransportIndex) -> Nanoseconds {
-        guard isActive(t), transports[Int(t.slot)].roundTripTime != 0 else { return tuning.defaultRoundTripTime }
-        return transports[Int(t.slot)].roundTripTime
+        guard isActive(t) else { return tuning.defaultRoundTripTime }
+        if transports[Int(t.slot)].roundTripTime != 0 { return transports[Int(t.slot)].roundTripTime }
+        if let other = transports[Int(t.slot)].pairedWith, isActive(other), transports[Int(other.slot)].roundTripTime != 0 {
+            return transports[Int(other.slot)].roundTripTime
+        }
+        return tuning.defaultRoundTripTime
     }
 }

@@ -27,6 +27,8 @@ public final class MediaEngine {
         var consumers = ContiguousArray<Int32>()
         /// Smoothed round-trip time from the receiver reports of this transport's peer; 0 unknown.
         var roundTripTime: Nanoseconds = 0
+        /// The same client's other transport (`pairTransports`), whose RTT stands in for a missing one.
+        var pairedWith: TransportIndex?
     }
 
     struct Producer {
@@ -180,6 +182,14 @@ public final class MediaEngine {
         }
         transports.append(entry)
         return TransportIndex(slot: UInt32(truncatingIfNeeded: transports.count - 1), generation: 0)
+    }
+
+    /// Marks `a` and `b` as one client's two connections: a transport with no round-trip time of
+    /// its own (a publisher's, which receives no media and so no reports) uses the other's.
+    public func pairTransports(_ a: TransportIndex, _ b: TransportIndex) {
+        guard isActive(a), isActive(b), a != b else { return }
+        transports[Int(a.slot)].pairedWith = b
+        transports[Int(b.slot)].pairedWith = a
     }
 
     /// Removes a transport with every producer and consumer on it.

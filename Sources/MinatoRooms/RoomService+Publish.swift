@@ -147,6 +147,12 @@ extension RoomService {
                 do {
                     let d = try await createTransport(for: member, in: room)
                     for t in member.mutateTransport(direction, { $0.created(d) }) { member.resume(t, true) }
+                    // The member's other connection runs over the same path: its measured round
+                    // trip paces NACKs on this one too (a publisher's transport measures none).
+                    if let other = (direction == .send ? member.recv : member.send).description?.id {
+                        let id = d.id
+                        workers[room.worker].post { $0.pairTransports(id, other) }
+                    }
                     return d
                 } catch {
                     for t in member.mutateTransport(direction, { $0.failed() }) { member.resume(t, true) }

@@ -222,6 +222,13 @@ public final class WorkerCore {
         }
     }
 
+    /// Marks two transports as one client's (its send and receive connections): where one has
+    /// no round-trip time of its own, the engine uses the other's.
+    public func pairTransports(_ a: TransportId, _ b: TransportId) {
+        guard let ta = transports[a], let tb = transports[b] else { return }
+        engine.pairTransports(ta.index, tb.index)
+    }
+
     public func setRemote(_ id: TransportId, _ remote: RemoteTransportParameters) throws {
         guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
         apply(t.setRemote(remote), to: t)

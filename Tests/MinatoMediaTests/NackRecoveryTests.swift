@@ -214,3 +214,36 @@ extension EngineHarness {
         #expect(h.drain().count == 50)
     }
 }
+
+/// A publisher's transport measures no round-trip time (it receives no media, so no reports);
+/// paired with the same client's receive transport, NACK retries are paced by that one's RTT.
+@Suite struct PairedRoundTripTests {
+    @Test func nackRetriesUseThePairedTransportsRoundTrip() throws {
+        let h = EngineHarness()
+        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, payloadType: 96,
+                                                            clockRate: 90_000, codec: .vp8, keyFrameRequest: .pli, nack: true))
+        let b = h.subscriber()
+        _ = try h.consumer(p, on: b, ssrc: 0xB0B0)
+        h.engine.pairTransports(h.publisher, b)
+        _ = h.drain()
+        h.send(keyframe: true)
+        // b measures 10 ms: our translated SR, then its RR 100 ms later that held it 90 ms.
+        let ntp: UInt64 = 0xE000_1234_5678_0000
+        var sr = [UInt8](repeating: 0, count: 28)
+        _ = sr.withUnsafeMutableBytes {
+            RtcpWriter.senderReport(into: $0, ssrc: 0x1111, ntpTimestamp: ntp, rtpTimestamp: h.publisherTs, packetCount: 1, octetCount: 1)
+        }
+        sr.withUnsafeBytes { h.engine.handleRtcp(from: h.publisher, packet: $0, now: h.now) }
+        _ = h.drain()
+        h.now &+= 100_000_000
+        let block = ReportBlock(ssrc: 0xB0B0, fractionLost: 0, cumulativeLost: 0, extendedHighestSequence: 0, jitter: 0,
+                                lastSR: UInt32(truncatingIfNeeded: ntp >> 16), delaySinceLastSR: 5898)
+        var rr = [UInt8](repeating: 0, count: 32)
+        _ = rr.withUnsafeMutableBytes { RtcpWriter.receiverReport(into: $0, senderSsrc: 0x5555, block: block) }
+        rr.withUnsafeBytes { h.engine.handleRtcp(from: b, packet: $0, now: h.now) }
+        h.publisherSeq &+= 1                                // a packet lost on the publisher's leg
+        #expect(h.send().contains { $0.transport == h.publisher && $0.isRtcp })
+        // 1.5 x 10 ms is under the 20 ms floor: the retry is due in 20 ms, not the default 60 ms.
+        #expect(h.engine.nextDeadline == h.now + 20_000_000)
+    }
+}
