@@ -3,6 +3,8 @@
 #  - `ip` (iproute2) for the loopback-only namespace runner,
 #  - Debian's `chromium` (and DejaVu fonts) for the Playwright browser tests,
 #  - Debian's `nftables` (`nft`): the loss tests and `make bench-loss` drop packets with it,
+#  - Debian's `firefox-esr`: the second browser engine (Tests/interop/firefox.py drives it through
+#    Marionette with PyPI `marionette-driver`; no geckodriver),
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,6 +23,8 @@ need=()
 dpkg-query -W -f='${Status}' fonts-dejavu-core 2>/dev/null | grep -q "ok installed" || need+=(fonts-dejavu-core)
 # nftables: random/per-port UDP loss inside the test namespace (Tests/interop/impair.py).
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
+# Firefox ESR: the browser tests' second engine (VP8 only: OpenH264 is a download, never fetched).
+[ -x /usr/bin/firefox-esr ] || need+=(firefox-esr)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop-setup: installing ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
@@ -68,5 +72,6 @@ else
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ"
 fi
-"$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout, playwright.sync_api; from importlib.metadata import version; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__, "playwright", version("playwright"))'
+"$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout, playwright.sync_api, marionette_driver.marionette; from importlib.metadata import version; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__, "playwright", version("playwright"))'
 /usr/bin/chromium --version 2>/dev/null | sed 's/^/interop-setup: /' || true
+MOZ_HEADLESS=1 MOZ_DISABLE_NONLOCAL_CONNECTIONS=1 /usr/bin/firefox-esr --version 2>/dev/null | sed 's/^/interop-setup: /' || true
