@@ -45,10 +45,22 @@ struct PublishedStream: Sendable {
 /// `RtpMediaSection`) and serialized; this only adapts the room and transport types to them
 /// and Wire errors to `RoomError.invalidSdp`.
 enum SdpNegotiation {
+    /// Parses a client's SDP. An m-section with port 0 and `a=bundle-only` whose mid is in the
+    /// BUNDLE group is part of the bundle, not rejected (RFC 8843 7.2): it is given port 9 here,
+    /// so publish checks and the answer treat it like any other bundled m-section. Firefox with
+    /// `bundlePolicy: 'max-bundle'` offers every m-section after the first this way.
     static func parse(_ sdp: String) throws(RoomError) -> SessionDescription {
-        do { return try SessionDescription.parse(sdp) } catch {
+        var sd: SessionDescription
+        do { sd = try SessionDescription.parse(sdp) } catch {
             throw .invalidSdp("Line \(error.line) '\(error.text)': \(error.reason).")
         }
+        if let group = sd.bundleGroup {
+            for i in sd.media.indices where sd.media[i].port == 0 && sd.media[i].bundleOnly
+                && sd.media[i].mid.map(group.contains) == true {
+                sd.media[i].port = 9
+            }
+        }
+        return sd
     }
 
     /// ICE credentials, fingerprint, setup and candidates of a BUNDLEd description, read by
