@@ -1,0 +1,175 @@
+"""The browser SDK (/sdk/minato.js) in Firefox ESR (Marionette, Tests/interop/firefox.py) and in a
+mixed room with Chromium (Playwright), against the real server.
+
+(a) A Firefox page joins through the SDK and publishes its microphone and then its camera: both
+    publications are accepted and both m-lines send. (Firefox offers every m-line after the first
+    as `port 0` + `a=bundle-only` under max-bundle; the server used to take that for rejected:
+    `invalidParameter: m-line '1' must be sendonly (or sendrecv) to publish`.)
+(b) A mixed room: Firefox publishes camera + mic and subscribes to Chromium's, Chromium the reverse
+    (VP8: Firefox has no H264 here); each decodes the other's video (framesDecoded growing) and
+    receives its audio. join() -> first decoded remote frame is printed per engine, once with
+    Firefox and once with Chromium joining a room where the other already publishes.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+import browser
+import firefox
+from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
+from minato_client import unique_name
+
+MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
+
+pytestmark = pytest.mark.timeout(120)
+
+VIDEO = {"width": 320, "height": 240, "frameRate": 15}
+
+# Joins, then publishes the microphone and then the camera, each as its own publish() (the order
+# a new user's app does it), optionally with a codec for the video; returns the member id.
+JOIN_MIC_THEN_CAMERA = """async ([name, video, codec]) => {
+    T.tJoin = performance.now();
+    T.me = await T.room.join({ name });
+    T.me.onFatalError.add((e) => T.errors.push(`fatal ${e.name}: ${e.detail}`));
+    const mic = (await navigator.mediaDevices.getUserMedia({ audio: true })).getAudioTracks()[0];
+    T.pubs.audio = await T.me.publish(mic, { metadata: `${name}-audio` });
+    const cam = (await navigator.mediaDevices.getUserMedia({ video })).getVideoTracks()[0];
+    T.pubs.video = await T.me.publish(cam, { metadata: `${name}-video`, ...(codec ? { codec } : {}) });
+    T.publishedAt = performance.now();
+    for (const p of T.room.publications) T.maybeSubscribe(p);
+    return T.me.id;
+}"""
+
+# What this page sends: per publication, the send transceiver's negotiated direction and the
+# outbound-rtp counters.
+SENDING = """async () => {
+    const out = {};
+    for (const [kind, pub] of Object.entries(T.pubs)) {
+      const t = pub._local.transceiver;
+      let packetsSent = 0, framesEncoded = 0;
+      (await t.sender.getStats()).forEach((s) => {
+        if (s.type === 'outbound-rtp') { packetsSent += s.packetsSent || 0; framesEncoded += s.framesEncoded || 0; }
+      });
+      out[kind] = { state: pub.state, mid: t.mid, currentDirection: t.currentDirection, packetsSent, framesEncoded };
+    }
+    return out;
+}"""
+
+
+@pytest.fixture(scope="module")
+def ff():
+    with firefox.ipv6_disabled():
+        f = firefox.Firefox("ff")
+        try:
+            yield f
+        finally:
+            f.close()
+
+
+@pytest.fixture(scope="module")
+def pw():
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def chromium(pw):
+    b = launch_chromium(pw)
+    yield b
+    b.close()
+
+
+def stats_by_publisher(page) -> dict:
+    return {(s["publisherName"], s["contentType"]): s for s in page.evaluate("T.stats()")}
+
+
+def flowing_from(page, name: str) -> bool:
+    st = stats_by_publisher(page)
+    v, a = st.get((name, "video")), st.get((name, "audio"))
+    return bool(v and a and v["framesDecoded"] > 0 and v["videoWidth"] > 0 and a["packetsReceived"] > 0)
+
+
+def test_firefox_publishes_microphone_then_camera(server, ff, request):
+    page = firefox.sdk_page(ff, server)
+    try:
+        page.evaluate("T.connect()")
+        page.evaluate("(n) => T.findOrCreate(n)", unique_name("ffpub"))
+        page.evaluate(JOIN_MIC_THEN_CAMERA, ["fox", VIDEO, None])
+        pubs = page.evaluate("T.publications()")
+        assert sorted(p["contentType"] for p in pubs) == ["audio", "video"], pubs
+        assert all(p["state"] == "enabled" for p in pubs), pubs
+        # Both m-lines were accepted (sendonly), and both send media.
+        sent = wait_until(lambda: (lambda s: s if all(v["packetsSent"] > 20 for v in s.values()) else None)(
+            page.evaluate(SENDING)), 20, "Firefox to send audio and video")
+        assert {k: v["currentDirection"] for k, v in sent.items()} == {"audio": "sendonly", "video": "sendonly"}, sent
+        assert sent["video"]["framesEncoded"] > 0, sent
+        assert page.evaluate("T.errors") == []
+        page.evaluate("T.me.leave()")
+        wait_until(lambda: page.evaluate("() => T.me.state === 'left'"), 10, "fox to have left")
+    finally:
+        page.save(request.node.name)
+    assert not page.page_errors, page.page_errors
+
+
+@pytest.mark.parametrize("last", ["firefox", "chromium"])
+def test_mixed_room_firefox_and_chromium(server, ff, chromium, request, capsys, last):
+    """`last` joins second, when the other is already publishing: its join() -> first decoded
+    remote frame is the one a user of that engine sees entering a live room."""
+    room = unique_name("ffmix")
+    fpage = firefox.sdk_page(ff, server)
+    cpage, clog = browser.sdk_page(chromium, server, "chromium")
+    try:
+        for p in (fpage, cpage):
+            p.evaluate("T.connect()")
+            p.evaluate("(n) => T.findOrCreate(n)", room)
+        joins = [(fpage, "fox"), (cpage, "chrome")]
+        for p, name in (joins if last == "chromium" else joins[::-1]):
+            p.evaluate(JOIN_MIC_THEN_CAMERA, [name, VIDEO, "video/VP8"])
+        wait_until(lambda: flowing_from(fpage, "chrome"), 45, "Firefox to decode Chromium's video and receive its audio")
+        wait_until(lambda: flowing_from(cpage, "fox"), 45, "Chromium to decode Firefox's video and receive its audio")
+
+        first = {"firefox": stats_by_publisher(fpage), "chromium": stats_by_publisher(cpage)}
+        t0 = time.monotonic()
+        samples = []
+        while time.monotonic() - t0 < 4.0:
+            time.sleep(1.0)   # the window: one stats sample per second
+            samples.append({"firefox": stats_by_publisher(fpage), "chromium": stats_by_publisher(cpage)})
+        elapsed = time.monotonic() - t0
+        lines = ["", f"join() -> first decoded remote video frame, per engine (mixed room, VP8, {last} joins last):"]
+        for engine, remote in (("firefox", "chrome"), ("chromium", "fox")):
+            v0, v1 = first[engine][(remote, "video")], samples[-1][engine][(remote, "video")]
+            a0, a1 = first[engine][(remote, "audio")], samples[-1][engine][(remote, "audio")]
+            frames = v1["framesDecoded"] - v0["framesDecoded"]
+            packets = a1["packetsReceived"] - a0["packetsReceived"]
+            lines.append(f"  {engine} <- {remote}{' (joined last)' if engine == last else ''}: first frame "
+                         f"{v1['firstFrameMs']:.0f} ms after join() (own mic+camera published at {v1['publishedMs']:.0f} ms, "
+                         f"subscribe() resolved at {v1['subscribedMs']:.0f} ms); then {frames} frames in {elapsed:.1f} s "
+                         f"({v1['codec']} {v1['frameWidth']}x{v1['frameHeight']}), {packets} audio packets "
+                         f"({a1['codec']})")
+            assert v1["codec"] and v1["codec"].lower() == "video/vp8", v1
+            assert frames >= 15, f"{engine}: only {frames} frames from {remote} in {elapsed:.1f}s"
+            series = [s[engine][(remote, "video")]["framesDecoded"] for s in samples]
+            assert all(b > a for a, b in zip([v0["framesDecoded"]] + series, series)), \
+                f"{engine}: frames from {remote} stalled: {series}"
+            assert packets >= 80, f"{engine}: only {packets} audio packets from {remote} in {elapsed:.1f}s"
+        with capsys.disabled():
+            print("\n".join(lines))
+        for engine, p in (("firefox", fpage), ("chromium", cpage)):
+            assert p.evaluate("T.errors") == [], engine
+            assert [m["name"] for m in p.evaluate("T.members()")] == ["chrome", "fox"]
+        for p in (fpage, cpage):
+            p.evaluate("T.me.leave()")
+        for p in (fpage, cpage):
+            wait_until(lambda: p.evaluate("() => T.me.state === 'left'"), 10, "left")
+    finally:
+        fpage.save(request.node.name)
+        clog.save(request.node.name)
+        try:
+            cpage.context.close()
+        except Exception:  # noqa: BLE001
+            pass
+    assert not fpage.page_errors, fpage.page_errors
+    assert not clog.page_errors, clog.page_errors
