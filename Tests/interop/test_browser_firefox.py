@@ -9,9 +9,13 @@ mixed room with Chromium (Playwright), against the real server.
     (VP8: Firefox has no H264 here); each decodes the other's video (framesDecoded growing) and
     receives its audio. join() -> first decoded remote frame is printed per engine, once with
     Firefox and once with Chromium joining a room where the other already publishes.
+(c) aiortc and Firefox in one room: aiortc decodes the Firefox member's VP8 and Opus, Firefox the
+    aiortc member's.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 
 import pytest
@@ -20,7 +24,8 @@ from playwright.sync_api import sync_playwright
 import browser
 import firefox
 from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
-from minato_client import unique_name
+from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
+from minato_client import Member, unique_name
 
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
 
@@ -173,3 +178,71 @@ def test_mixed_room_firefox_and_chromium(server, ff, chromium, request, capsys, 
             pass
     assert not fpage.page_errors, fpage.page_errors
     assert not clog.page_errors, clog.page_errors
+
+
+def test_firefox_and_aiortc_each_way(server, ff, request, capsys):
+    page = firefox.sdk_page(ff, server)
+    try:
+        page.evaluate("T.connect()")
+        page.evaluate("() => { T.autoSubscribe = false; return true; }")
+        room_id = page.evaluate("(n) => T.findOrCreate(n)", unique_name("ffaio"))
+        page.evaluate(JOIN_MIC_THEN_CAMERA, ["fox", VIDEO, "video/VP8"])
+        pubs = page.evaluate("() => ({ audio: T.pubs.audio.id, video: T.pubs.video.id })")
+
+        async def subscribe_and_measure() -> dict:
+            t_join = time.monotonic()
+            m = await Member.join(server.url, room_id, "aio")
+            sinks = []
+            try:
+                sv = await m.subscribe(pubs["video"])
+                sa = await m.subscribe(pubs["audio"])
+                vs, as_ = VideoSink(sv.track, "aio-video"), AudioSink(sa.track, "aio-audio")
+                sinks += [vs, as_]
+                # aiortc publishes too (VP8 + Opus); the Firefox page subscribes to both.
+                await m.publish(SineAudioTrack())
+                await m.publish(SyntheticVideoTrack(), codec="video/VP8")
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, lambda: page.evaluate(
+                    "() => { for (const p of T.room.publications) T.maybeSubscribe(p); return true; }"))
+                assert await vs.wait_frames(3, 15), f"aiortc decoded no video from Firefox within 15 s ({vs.frames})"
+                await loop.run_in_executor(None, lambda: wait_until(
+                    lambda: flowing_from(page, "aio"), 20, "Firefox to decode aiortc's video and receive its audio"))
+                ff0 = await loop.run_in_executor(None, lambda: stats_by_publisher(page))
+                f0, a0, t0 = vs.frames, as_.frames, time.monotonic()
+                await asyncio.sleep(3.0)   # the measurement window
+                ff1 = await loop.run_in_executor(None, lambda: stats_by_publisher(page))
+                out = {"joinToFirstFrameMs": round((vs.first_frame_at - t_join) * 1000),
+                       "frames": vs.frames - f0, "audioFrames": as_.frames - a0,
+                       "window": round(time.monotonic() - t0, 1), "sizes": dict(vs.sizes),
+                       "offerErrors": [repr(e) for e in m.offer_errors],
+                       "ffFrames": ff1[("aio", "video")]["framesDecoded"] - ff0[("aio", "video")]["framesDecoded"],
+                       "ffAudioPackets": ff1[("aio", "audio")]["packetsReceived"] - ff0[("aio", "audio")]["packetsReceived"],
+                       "ffVideo": ff1[("aio", "video")]}
+                await m.leave()
+                return out
+            finally:
+                for x in sinks:
+                    x.stop()
+                await m.close()
+
+        # On a thread of its own: Playwright's sync API (the module's Chromium) owns this thread's loop.
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            r = ex.submit(lambda: asyncio.run(asyncio.wait_for(subscribe_and_measure(), 40))).result()
+        with capsys.disabled():
+            print(f"\naiortc <- fox (Firefox VP8 publisher): first frame {r['joinToFirstFrameMs']} ms after join; "
+                  f"then {r['frames']} frames and {r['audioFrames']} audio frames in {r['window']} s, sizes {r['sizes']}\n"
+                  f"firefox <- aio (aiortc VP8 publisher): {r['ffFrames']} frames ({r['ffVideo']['codec']} "
+                  f"{r['ffVideo']['frameWidth']}x{r['ffVideo']['frameHeight']}) and {r['ffAudioPackets']} audio packets "
+                  f"in {r['window']} s")
+        assert r["offerErrors"] == [], r
+        assert r["frames"] >= 20, r
+        assert set(r["sizes"]) == {(VIDEO["width"], VIDEO["height"])}, r
+        assert r["audioFrames"] >= 100, r
+        assert r["ffFrames"] >= 30 and r["ffVideo"]["codec"].lower() == "video/vp8", r
+        assert r["ffAudioPackets"] >= 100, r
+        assert page.evaluate("T.errors") == []
+        page.evaluate("T.me.leave()")
+        wait_until(lambda: page.evaluate("() => T.me.state === 'left'"), 10, "fox to have left")
+    finally:
+        page.save(request.node.name)
+    assert not page.page_errors, page.page_errors
