@@ -80,8 +80,13 @@ public struct PublishRequest: Sendable {
 
 public struct SubscribeRequest: Sendable {
     public var memberId: String, publicationId: String, preferredEncodingId: String?
-    public init(memberId: String, publicationId: String, preferredEncodingId: String? = nil) {
+    /// The MIME types (`video/VP8`, `audio/opus`, …) the subscriber can decode, when it says:
+    /// a publication in any other codec is refused with `codecNotSupported` before anything is
+    /// offered. Nil: the subscriber did not say (its answer is checked instead).
+    public var codecCapabilities: [String]?
+    public init(memberId: String, publicationId: String, preferredEncodingId: String? = nil, codecCapabilities: [String]? = nil) {
         self.memberId = memberId; self.publicationId = publicationId; self.preferredEncodingId = preferredEncodingId
+        self.codecCapabilities = codecCapabilities
     }
 }
 

@@ -52,6 +52,10 @@ public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func maxSubscribersExceeded(_ n: Int) -> RoomError {
         .init(code: 429, name: "maxSubscribersExceeded", detail: "The publication allows at most \(n) subscribers and has that many.")
     }
+    public static func codecNotSupported(_ mimeType: String, publicationId: String) -> RoomError {
+        .init(code: 415, name: "codecNotSupported",
+              detail: "Publication '\(publicationId)' is \(mimeType), which this subscriber cannot decode; an SFU forwards the publisher's codec as it is.")
+    }
     public static func unsupportedMediaType(_ d: String) -> RoomError { .init(code: 415, name: "unsupportedMediaType", detail: d) }
     public static func limitExceeded(_ d: String) -> RoomError { .init(code: 429, name: "limitExceeded", detail: d) }
     public static func internalError(_ d: String) -> RoomError { .init(code: 500, name: "internal", detail: d) }

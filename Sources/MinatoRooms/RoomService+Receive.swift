@@ -11,9 +11,14 @@ extension RoomService {
         let (room, member) = try joinedMember(r.memberId, channel: channel)
         let pid = r.publicationId
         try Validate.preferredEncoding(r.preferredEncodingId, of: room.publication(pid))
+        let decodable = try Validate.codecCapabilities(r.codecCapabilities, key: "codecCapabilities")
         func check() throws -> RoomPublication {
             guard let pub = room.publication(pid) else { throw RoomError.publicationNotFound(pid) }
             if pub.publisherId == member.id { throw RoomError.cannotSubscribeOwnPublication() }
+            let mimeType = pub.stream.codec.mimeType
+            if let decodable, !decodable.contains(where: { $0.lowercased() == mimeType.lowercased() }) {
+                throw RoomError.codecNotSupported(mimeType, publicationId: pid)
+            }
             if room.subscriptions.contains(where: { $0.publicationId == pid && $0.subscriberId == member.id }) {
                 throw RoomError.subscriptionAlreadyExists(pid)
             }
@@ -91,12 +96,19 @@ extension RoomService {
         let tid = local.id
         for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil {
             guard let pub = room.publication(sub.publicationId), let producer = pub.producer else { continue }
+            guard let slot = member.recvSlots.first(where: { $0.subscriptionId == sub.id }),
+                  SfuSdp.acceptance(of: slot.stream, in: sd).codec else {
+                // The subscriber refused the stream (rejected m-section, or its codec is not one
+                // it decodes): no consumer; the subscription ends and the next offer drops it.
+                endSubscription(sub, in: room, offerToSubscriber: true, reason: "codecNotSupported")
+                continue
+            }
             var ids = ExtensionIdMap()
             for (publisherId, subscriberId) in pub.stream.extensionIds { ids[publisherId] = subscriberId }
             let map = ids
             let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
-            let formats = member.recvSlots.first { $0.subscriptionId == sub.id }?.acceptedFormats(in: sd)
-            let rtxSsrc = formats?.rtxSsrc, rtxPt = formats?.rtxPayloadType, redPt = formats?.redPayloadType
+            let formats = slot.acceptedFormats(in: sd)
+            let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
             let consumer = try await onWorker(room) { core in
                 try core.addConsumer(on: tid) { index in
                     ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
@@ -107,10 +119,10 @@ extension RoomService {
         }
     }
 
-    func endSubscription(_ sub: RoomSubscription, in room: Room, offerToSubscriber: Bool) {
+    func endSubscription(_ sub: RoomSubscription, in room: Room, offerToSubscriber: Bool, reason: String? = nil) {
         if let c = sub.consumer { workers[room.worker].post { $0.removeConsumer(c) } }
         room.subscriptions.removeAll { $0 === sub }
-        emit(room, "publicationUnsubscribed", ["subscription": sub.json])
+        emit(room, "publicationUnsubscribed", ["subscription": sub.json], reason: reason)
         guard let member = room.member(sub.subscriberId) else { return }
         if let i = member.recvSlots.firstIndex(where: { $0.subscriptionId == sub.id }) { member.recvSlots[i].subscriptionId = nil }
         if offerToSubscriber && !member.removed { perform(member.receive.serverChanged(connected: member.channel != nil), for: member) }

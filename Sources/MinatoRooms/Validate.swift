@@ -33,6 +33,21 @@ enum Validate {
         return s
     }
 
+    /// A subscriber's `codecCapabilities`: at most 64 MIME types of the form `kind/name`, each at
+    /// most 64 bytes of printable ASCII.
+    static func codecCapabilities(_ list: [String]?, key: String) throws(RoomError) -> [String]? {
+        guard let list else { return nil }
+        guard list.count <= 64 else { throw .invalidParameter("\"\(key)\" has \(list.count) entries; at most 64 are allowed.") }
+        for (i, m) in list.enumerated() {
+            let parts = m.split(separator: "/", omittingEmptySubsequences: false)
+            guard m.utf8.count <= 64, parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty,
+                  m.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw .invalidParameter("\"\(key)[\(i)].mimeType\" must be a MIME type such as video/VP8 (at most 64 characters).")
+            }
+        }
+        return list
+    }
+
     /// A publication's `encodings`: at most `max` (`rooms.maxEncodings`), ids unique, values in range.
     static func encodings(_ list: [Encoding], key: String, max: Int) throws(RoomError) -> [Encoding] {
         guard list.count <= max else {

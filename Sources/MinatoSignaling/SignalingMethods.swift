@@ -118,7 +118,8 @@ extension SignalingMethod {
         SignalingMethod("subscribe", .member("subscribe"), target: member) { p, core, c in
             let r = try await core.subscribe(
                 SubscribeRequest(memberId: try p.string("memberId"), publicationId: try p.string("publicationId"),
-                                 preferredEncodingId: try p.optionalString("preferredEncodingId")), from: c)
+                                 preferredEncodingId: try p.optionalString("preferredEncodingId"),
+                                 codecCapabilities: try p.codecCapabilities("codecCapabilities")), from: c)
             return ["subscription": r.subscription, "mid": .string(r.mid), "offer": r.offer.json]
         },
         SignalingMethod("unsubscribe", .member("subscribe"), target: subscription) { p, core, c in

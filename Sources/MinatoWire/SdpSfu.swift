@@ -219,26 +219,32 @@ public enum SfuSdp {
 
     /// Which extra formats of an offered stream a receiver's answer accepted.
     public struct ReceiverAcceptance: Sendable, Equatable {
+        /// The answer's m-section takes the stream at all: present, of the stream's kind, not
+        /// rejected, and listing the codec's payload type. False means the subscriber cannot (or
+        /// will not) receive it, whatever else the section says.
+        public var codec: Bool
         /// The stream's RTX format is on the answer's m= line, described as RTX for the codec.
         public var rtx: Bool
         /// The stream's RED format is on the answer's m= line, described as RED of opus.
         public var red: Bool
 
-        public init(rtx: Bool, red: Bool) {
+        public init(codec: Bool = true, rtx: Bool, red: Bool) {
+            self.codec = codec
             self.rtx = rtx
             self.red = red
         }
 
-        public static let nothing = ReceiverAcceptance(rtx: false, red: false)
+        public static let nothing = ReceiverAcceptance(codec: false, rtx: false, red: false)
     }
 
     /// What `answer` accepted of `stream`: its m-section is the first with the stream's mid;
-    /// that m-section must be an RTP one of the stream's kind with a port and list the codec's
-    /// payload type; then each extra format counts when it is listed with an rtpmap and fmtp of its
-    /// shape (`MediaDescription.isRtxFormat` / `isRedFormat`). A missing, rejected or
-    /// malformed m-section accepts nothing; nothing here throws.
+    /// that m-section must be an RTP one of the stream's kind with a port (or port 0 with
+    /// `bundle-only`, RFC 8843) and list the codec's payload type; then each extra format counts
+    /// when it is listed with an rtpmap and fmtp of its shape (`MediaDescription.isRtxFormat` /
+    /// `isRedFormat`). A missing, rejected or malformed m-section accepts nothing (`.nothing`,
+    /// whose `codec` is false); nothing here throws.
     public static func acceptance(of stream: ReceiverStream, in answer: SessionDescription) -> ReceiverAcceptance {
-        guard let m = answer.media.first(where: { $0.mid == stream.mid }), m.port != 0, m.kind == stream.kind,
+        guard let m = answer.media.first(where: { $0.mid == stream.mid }), m.port != 0 || m.bundleOnly, m.kind == stream.kind,
               m.proto.contains("RTP"), m.payloadTypes.contains(stream.codec.payloadType) else { return .nothing }
         let pt = stream.codec.payloadType
         let rtx = stream.codec.codec.kind == "video" && stream.rtxPayloadType.map { m.isRtxFormat($0, associatedWith: pt) } == true

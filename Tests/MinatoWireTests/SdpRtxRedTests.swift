@@ -231,8 +231,32 @@ import Testing
         // aiortc's captured answer to Chromium's offer: mids 0 (opus 111 only) and 1 (VP8 96, RTX 97).
         let answer = try Fixture.aiortcAnswer.parsed()
         let streams = try Self.streams()
-        #expect(SfuSdp.acceptance(of: streams[0], in: answer) == .nothing)
+        #expect(SfuSdp.acceptance(of: streams[0], in: answer) == SfuSdp.ReceiverAcceptance(codec: true, rtx: false, red: false))
         #expect(SfuSdp.acceptance(of: streams[1], in: answer) == SfuSdp.ReceiverAcceptance(rtx: true, red: false))
+    }
+
+    /// A subscriber that cannot decode the codec (Firefox here has no H264) answers its m-section
+    /// rejected or without the payload type: the codec is not accepted, so the room ends that
+    /// subscription instead of forwarding into a section nobody decodes.
+    @Test(arguments: [
+        ("m=video 9 UDP/TLS/RTP/SAVPF 96 97", "m=video 0 UDP/TLS/RTP/SAVPF 96 97"),  // rejected
+        ("m=video 9 UDP/TLS/RTP/SAVPF 96 97", "m=video 9 UDP/TLS/RTP/SAVPF 97"),     // codec dropped
+        ("m=video 9 UDP/TLS/RTP/SAVPF 96 97", "m=video 9 UDP/TLS/RTP/SAVPF 120"),    // another codec
+        ("m=video 9 UDP/TLS/RTP/SAVPF 96 97", "m=audio 9 UDP/TLS/RTP/SAVPF 96 97"),  // other kind
+        ("a=mid:1", "a=mid:7"),                                                       // missing
+    ])
+    func codecIsNotAcceptedByAnAnswerWithoutIt(_ old: String, _ new: String) throws {
+        let answer = try SessionDescription.parse(Self.browserAnswer.replacingOccurrences(of: old, with: new))
+        #expect(SfuSdp.acceptance(of: try Self.streams()[1], in: answer).codec == false)
+        #expect(SfuSdp.acceptance(of: try Self.streams()[0], in: answer).codec == true)
+    }
+
+    @Test func bundleOnlySectionWithPortZeroAcceptsTheCodec() throws {
+        let text = Self.browserAnswer
+            .replacingOccurrences(of: "m=video 9 UDP/TLS/RTP/SAVPF 96 97", with: "m=video 0 UDP/TLS/RTP/SAVPF 96 97")
+            .replacingOccurrences(of: "a=mid:1\r\n", with: "a=mid:1\r\na=bundle-only\r\n")
+        let answer = try SessionDescription.parse(text)
+        #expect(SfuSdp.acceptance(of: try Self.streams()[1], in: answer) == SfuSdp.ReceiverAcceptance(rtx: true, red: false))
     }
 
     /// A browser-like answer to `receiveOffer(streams())`: both formats kept, RED first.

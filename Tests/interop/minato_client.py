@@ -287,6 +287,9 @@ class Member:
         self._offer_tasks: list[asyncio.Task] = []
         self.offer_errors: list[BaseException] = []
         self.answered_offers = 0            # notification offers answered
+        # Rewrites the receive connection's answer before it is sent (tests of answers a client
+        # might send, e.g. one that rejects a stream it cannot decode); None sends aiortc's own.
+        self.answer_rewriter: Optional[Callable[[str], str]] = None
         self._keepalive_task: Optional[asyncio.Task] = None
         conn.on_offer = self._on_offer_notification
 
@@ -395,7 +398,8 @@ class Member:
         await pc.setRemoteDescription(RTCSessionDescription(sdp=offer["sdp"], type=offer["type"]))
         await pc.setLocalDescription(await pc.createAnswer())
         ans = pc.localDescription
-        await self.conn.call("answer", {"memberId": self.id, "answer": {"type": ans.type, "sdp": ans.sdp}})
+        sdp = self.answer_rewriter(ans.sdp) if self.answer_rewriter else ans.sdp
+        await self.conn.call("answer", {"memberId": self.id, "answer": {"type": ans.type, "sdp": sdp}})
 
     def _on_offer_notification(self, params: dict) -> None:
         async def handle() -> None:

@@ -244,6 +244,14 @@ async function maybeSubscribe(publication) {
   } catch (e) {
     state.subscriptions.delete(publication.id);
     if (e instanceof MinatoError && ['publicationNotFound', 'notJoined', 'memberNotFound'].includes(e.name)) return;
+    if (e instanceof MinatoError && e.name === 'codecNotSupported') {
+      // e.g. an H264 camera seen from Firefox: say so on the tile instead of an error box.
+      const tile = tileFor(publication.publisher, false);
+      const codec = (publication.codecCapabilities[0] || {}).mimeType || 'its codec';
+      if (tile) tile.querySelector('.label').title = `This browser cannot decode ${codec}.`;
+      if (tile) tile.dataset.undecodable = codec;
+      return;
+    }
     showError(e, 'Could not receive a stream');
   }
 }

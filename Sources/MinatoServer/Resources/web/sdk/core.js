@@ -143,3 +143,22 @@ export function defaultUrl() {
   }
   return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`;
 }
+
+/**
+ * The codecs this browser can decode for each of `kinds`, as `[{mimeType}]` (RTX, RED and FEC
+ * formats left out); empty where the browser does not say (no RTCRtpReceiver.getCapabilities).
+ * @param {('audio'|'video')[]} kinds
+ * @returns {{mimeType: string}[]}
+ */
+export function receiveCodecCapabilities(kinds) {
+  const out = [];
+  if (typeof RTCRtpReceiver === 'undefined' || !RTCRtpReceiver.getCapabilities) return out;
+  for (const kind of kinds) {
+    const caps = RTCRtpReceiver.getCapabilities(kind);
+    for (const c of caps ? caps.codecs : []) {
+      if (/\/(rtx|red|ulpfec|flexfec-03)$/i.test(c.mimeType)) continue;
+      if (!out.some((o) => o.mimeType.toLowerCase() === c.mimeType.toLowerCase())) out.push({ mimeType: c.mimeType });
+    }
+  }
+  return out;
+}

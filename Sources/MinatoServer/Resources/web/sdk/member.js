@@ -1,7 +1,7 @@
 // Minato browser SDK: room members, and the local member's two peer connections (entry point: minato.js).
 // Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
 
-import { MinatoError, MinatoEvent, SerialQueue, mediaError } from './core.js';
+import { MinatoError, MinatoEvent, SerialQueue, mediaError, receiveCodecCapabilities } from './core.js';
 import { LocalStream, RemoteStream } from './stream.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -321,6 +321,11 @@ export class LocalSFURoomMember extends RoomMember {
     const id = typeof publicationId === 'string' ? publicationId : publicationId.id;
     const params = { memberId: this.id, publicationId: id };
     if (options.preferredEncodingId !== undefined) params.preferredEncodingId = options.preferredEncodingId;
+    // What this browser decodes: the server refuses a publication in any other codec with
+    // `codecNotSupported` instead of offering a stream nobody here can decode.
+    const known = this.room.publications.find((p) => p.id === id);
+    const caps = receiveCodecCapabilities(known ? [known.contentType] : ['audio', 'video']);
+    if (caps.length) params.codecCapabilities = caps;
     const r = await this.context._request('subscribe', params);
     // Enqueued now, i.e. before any later message is handled, so offers apply in arrival order.
     const applied = this._onServerOffer(r.offer, 'subscribe');

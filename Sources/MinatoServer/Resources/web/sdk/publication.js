@@ -1,7 +1,7 @@
 // Minato browser SDK: RoomPublication and RoomSubscription (entry point: minato.js).
 // Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
 
-import { MinatoError, MinatoEvent } from './core.js';
+import { MinatoError, MinatoEvent, receiveCodecCapabilities } from './core.js';
 
 // ---------------------------------------------------------------------------------------------
 // Publications and subscriptions
@@ -54,6 +54,16 @@ export class RoomPublication {
   get publisher() { return this.room._member(this.publisherId); }
   /** The subscriptions of this publication. @type {RoomSubscription[]} */
   get subscriptions() { return this.room.subscriptions.filter((s) => s.publicationId === this.id); }
+  /**
+   * Whether this browser can decode the publication's codec (Firefox here has no H264, for
+   * example); subscribing to one it cannot fails with `codecNotSupported`. True when unknown.
+   * @type {boolean}
+   */
+  get decodable() {
+    const caps = receiveCodecCapabilities([this.contentType]);
+    if (!caps.length || !this.codecCapabilities.length) return true;
+    return this.codecCapabilities.some((c) => caps.some((o) => o.mimeType.toLowerCase() === c.mimeType.toLowerCase()));
+  }
   /** The local stream, for a publication of this page. @type {LocalStream|null} */
   get stream() { return this._local ? this._local.stream : null; }
 
