@@ -5,6 +5,10 @@
 #  - Debian's `nftables` (`nft`): the loss tests and `make bench-loss` drop packets with it,
 #  - Debian's `firefox-esr`: the second browser engine (Tests/interop/firefox.py drives it through
 #    Marionette with PyPI `marionette-driver`; no geckodriver),
+#  - the WHIP/WHEP peers (Tests/interop/whip_peers.py): `simple-whip-client` (whip-client; pulls
+#    GStreamer's base/good/bad/ugly/libav plugins and gstreamer1.0-nice), GStreamer's Python
+#    bindings for /usr/bin/python3 (python3-gi and the Gst, GstWebRTC, GstSdp, Nice typelibs) for
+#    the webrtcbin WHEP player, and a C compiler for whip-client's libgupnp-igd stub,
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +29,13 @@ dpkg-query -W -f='${Status}' fonts-dejavu-core 2>/dev/null | grep -q "ok install
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 # Firefox ESR: the browser tests' second engine (VP8 only: OpenH264 is a download, never fetched).
 [ -x /usr/bin/firefox-esr ] || need+=(firefox-esr)
+# WHIP/WHEP peers: simple-whip-client and a GStreamer webrtcbin player run by /usr/bin/python3.
+for pkg in simple-whip-client gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
+           gstreamer1.0-nice gstreamer1.0-libav python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 \
+           gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop-setup: installing ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
@@ -75,3 +86,6 @@ fi
 "$VENV/bin/python" -c 'import aiortc, av, aioice, websockets, pytest, pytest_timeout, playwright.sync_api, marionette_driver.marionette; from importlib.metadata import version; print("interop-setup: ok, aiortc", aiortc.__version__, "av", av.__version__, "playwright", version("playwright"))'
 /usr/bin/chromium --version 2>/dev/null | sed 's/^/interop-setup: /' || true
 MOZ_HEADLESS=1 MOZ_DISABLE_NONLOCAL_CONNECTIONS=1 /usr/bin/firefox-esr --version 2>/dev/null | sed 's/^/interop-setup: /' || true
+/usr/bin/python3 -c 'import gi; [gi.require_version(n, v) for n, v in (("Gst", "1.0"), ("GstWebRTC", "1.0"), ("GstSdp", "1.0"), ("Nice", "0.1"))]; from gi.repository import Gst; Gst.init(None); assert Gst.ElementFactory.find("webrtcbin") and Gst.ElementFactory.find("nicesrc"); print("interop-setup:", Gst.version_string(), "with webrtcbin and nicesrc")'
+command -v whip-client >/dev/null
+echo "interop-setup: whip-client (simple-whip-client $(dpkg-query -W -f='${Version}' simple-whip-client))"
