@@ -29,7 +29,20 @@ public final class MediaEngine {
         var roundTripTime: Nanoseconds = 0
         /// The same client's other transport (`pairTransports`), whose RTT stands in for a missing one.
         var pairedWith: TransportIndex?
+        /// Outgoing streams whose consumer ended, by SSRC (at most `endedStreamsKept`, newest
+        /// last): a later consumer with the same SSRC on this transport continues their numbering.
+        var endedStreams = ContiguousArray<EndedStream>()
     }
+
+    /// Where an ended consumer's outgoing stream stopped (`TransportEntry.endedStreams`).
+    struct EndedStream {
+        var ssrc: UInt32
+        var rewriter: SequenceRewriter
+        var rtxSequence: UInt16
+    }
+
+    /// How many ended streams a transport remembers.
+    static let endedStreamsKept = 16
 
     struct Producer {
         var active = false
@@ -269,6 +282,15 @@ public final class MediaEngine {
                                        initialTimestamp: UInt32.random(in: 0...UInt32.max, using: &rng)),
             waitingForKeyFrame: pp.kind == .video)
         consumer.rtxSequence = UInt16.random(in: 0...0x7FFF, using: &rng)
+        // The same SSRC on the same transport again (a WHEP m-section taking its publisher's next
+        // publication): the subscriber sees one stream, so its numbering goes on without a jump.
+        let ts = Int(parameters.transport.slot)
+        if let i = transports[ts].endedStreams.firstIndex(where: { $0.ssrc == parameters.ssrc }) {
+            let ended = transports[ts].endedStreams.remove(at: i)
+            consumer.rewriter = ended.rewriter
+            consumer.rewriter.resync()
+            consumer.rtxSequence = ended.rtxSequence
+        }
         let id: Int32
         if let slot = freeConsumers.popLast() {
             consumer.generation = consumers[Int(slot)].generation
@@ -294,7 +316,14 @@ public final class MediaEngine {
         let raw = Int32(truncatingIfNeeded: slot)
         let params = consumers[slot].parameters
         if isActive(params.producer) { producers[Int(params.producer.slot)].consumers.removeAll { $0 == raw } }
-        if isActive(params.transport) { transports[Int(params.transport.slot)].consumers.removeAll { $0 == raw } }
+        if isActive(params.transport) {
+            let ts = Int(params.transport.slot)
+            transports[ts].consumers.removeAll { $0 == raw }
+            transports[ts].endedStreams.removeAll { $0.ssrc == params.ssrc }
+            if transports[ts].endedStreams.count >= Self.endedStreamsKept { transports[ts].endedStreams.removeFirst() }
+            transports[ts].endedStreams.append(EndedStream(ssrc: params.ssrc, rewriter: consumers[slot].rewriter,
+                                                           rtxSequence: consumers[slot].rtxSequence))
+        }
         consumers[slot].active = false
         consumers[slot].generation &+= 1
         freeConsumers.append(raw)

@@ -138,6 +138,9 @@ final class LocalSFURoomMember {
     var waiters: [WaiterToken: CheckedContinuation<Bool, Never>] = [:]
 
     var recvSlots: [ReceiveSlot] = []
+    /// Set for a member made by an HTTP media session (WHIP/WHEP, RoomService+MediaSessions):
+    /// no keepalive expiry and no server offers.
+    var mediaSession: MediaSession?
     var nextMid = 0
     var recvVersion = 0
     var sendVersion = 0

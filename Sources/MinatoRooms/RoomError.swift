@@ -31,6 +31,9 @@ public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func publicationNotFound(_ id: String) -> RoomError {
         .init(code: 404, name: "publicationNotFound", detail: "There is no publication '\(id)' in this room; it may have been unpublished.")
     }
+    public static func sessionNotFound() -> RoomError {
+        .init(code: 404, name: "sessionNotFound", detail: "There is no such WHIP/WHEP session; it may have ended.")
+    }
     public static func subscriptionNotFound(_ id: String) -> RoomError {
         .init(code: 404, name: "subscriptionNotFound", detail: "There is no subscription '\(id)' of this member.")
     }

@@ -151,7 +151,9 @@ extension RoomService {
         if verifier != nil { warnExpiringTokens() }
         let now = clock.now
         for room in rooms {
-            for m in room.members {
+            // A media session has no signaling connection to keep alive: its transport's
+            // timeout (media.transportTimeoutSec) ends it instead.
+            for m in room.members where m.mediaSession == nil {
                 let ttl = Duration.seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec)
                 if let gone = m.disconnectedAt, now - gone > .seconds(m.keepaliveIntervalGapSec) {
                     removeMember(m, from: room, reason: "keepaliveExpired")

@@ -60,6 +60,7 @@ extension RoomService {
         pub.producer = producer
         room.publications.append(pub)
         emit(room, "streamPublished", ["publication": pub.json])
+        await followPublication(pub, in: room)
         return PublishResult(publication: pub.json, answer: .init(type: "answer", sdp: answer))
     }
 

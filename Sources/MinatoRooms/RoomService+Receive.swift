@@ -125,6 +125,11 @@ extension RoomService {
         emit(room, "publicationUnsubscribed", ["subscription": sub.json], reason: reason)
         guard let member = room.member(sub.subscriberId) else { return }
         if let i = member.recvSlots.firstIndex(where: { $0.subscriptionId == sub.id }) { member.recvSlots[i].subscriptionId = nil }
+        if let i = member.mediaSession?.egress.firstIndex(where: { $0.subscriptionId == sub.id }) {
+            // A WHEP m-section is kept for the publisher's next publication; no offer (the player cannot take one).
+            member.mediaSession?.egress[i].subscriptionId = nil
+            return
+        }
         if offerToSubscriber && !member.removed { perform(member.receive.serverChanged(connected: member.channel != nil), for: member) }
     }
 
@@ -180,7 +185,7 @@ extension RoomService {
 
     /// An offer the server makes on its own, sent as the notification `offer`.
     private func sendServerOffer(_ member: LocalSFURoomMember) {
-        guard let local = member.recv.description else { return }
+        guard member.mediaSession == nil, let local = member.recv.description else { return }
         guard let channel = member.channel else {
             perform(member.receive.serverChanged(connected: false), for: member)
             return

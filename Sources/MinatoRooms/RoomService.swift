@@ -88,7 +88,7 @@ public actor RoomService {
         var soonest: ContinuousClock.Instant?
         func consider(_ t: ContinuousClock.Instant) { if soonest.map({ t < $0 }) ?? true { soonest = t } }
         for room in rooms {
-            for m in room.members {
+            for m in room.members where m.mediaSession == nil {
                 consider(m.lastSeen + .seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec))
                 if let gone = m.disconnectedAt { consider(gone + .seconds(m.keepaliveIntervalGapSec)) }
             }

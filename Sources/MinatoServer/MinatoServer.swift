@@ -94,6 +94,9 @@ public final class MinatoServer: Sendable {
                  access: configuration.adminAccess, listenHost: configuration.host,
                  corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI).register(on: router)
 
+        WhipWhep(rooms: rooms, iceServers: configuration.clientIceServers,
+                 nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue }).register(on: router)
+
         let wsRouter = Router(context: SignalingRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
         wsRouter.ws("/ws") { [self] inbound, outbound, context in

@@ -60,6 +60,10 @@ public struct ServerConfiguration: Sendable {
     public var adminApiSecret = ""
     /// `admin.corsOrigins`: origins allowed to call `/v1` from a browser (CORS); empty = none.
     public var adminCorsOrigins: [String] = []
+    /// `media.clientIceServers`: STUN/TURN URLs offered to WHIP and WHEP clients in `Link:
+    /// <url>; rel="ice-server"` headers; empty = none (the server is reachable without them
+    /// when it announces a public address).
+    public var clientIceServers: [String] = []
 
     public init() {}
 
@@ -305,6 +309,14 @@ struct ConfigKey: Sendable {
                 throw ConfigurationError(message: "\(s): '\(o)' is not an origin (scheme://host[:port])")
             }
             c.adminCorsOrigins = list
+        },
+        ConfigKey(path: "media.clientIceServers", value: { $0.clientIceServers.isEmpty ? "(none)" : $0.clientIceServers.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            for u in list where !(u.hasPrefix("stun:") || u.hasPrefix("turn:") || u.hasPrefix("turns:"))
+                || u.utf8.contains(where: { $0 <= 0x20 || $0 == UInt8(ascii: ">") || $0 >= 0x7F }) {
+                throw ConfigurationError(message: "\(s): '\(u)' is not a stun:, turn: or turns: URL")
+            }
+            c.clientIceServers = list
         },
     ]
 }

@@ -1,0 +1,336 @@
+internal import Foundation
+internal import MinatoMedia
+internal import MinatoTransport
+internal import MinatoWire
+
+/// HTTP media sessions: one offer in, one answer out, no signaling connection (the WHIP and
+/// WHEP front door in `MinatoServer` turns HTTP into these). Each session is an ordinary member
+/// of type `bot`, so it shows in room events, the admin API can kick it, and other members
+/// subscribe to it; it has no keepalive (it ends with `endMediaSession`, a kick, or its
+/// transport's timeout) and never gets a server offer.
+///
+/// - Ingest (WHIP): the client's offer publishes each audio/video m-section that sends, on the
+///   member's send connection, exactly as `publish` would.
+/// - Egress (WHEP): the client offers `recvonly` m-sections; the member subscribes on them to
+///   one publisher's audio and video (the first publication of each kind), and follows that
+///   publisher by name: when it publishes again, the new publication goes into the same
+///   m-section, provided it is in the codec that m-section was answered with.
+extension RoomService {
+    public func ingest(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> MediaSessionResult {
+        defer { forgetConnection(channel) }
+        try await bindToken(r.token, channel)
+        let sd = try SdpNegotiation.parse(r.offer)
+        let sending = sd.media.filter {
+            ($0.kind == "audio" || $0.kind == "video") && $0.port != 0 && ($0.direction == .sendonly || $0.direction == .sendrecv)
+        }
+        guard !sending.isEmpty else {
+            throw RoomError.invalidParameter("The offer has no audio or video m-section that sends (sendonly or sendrecv).")
+        }
+        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        _ = try await findOrCreateRoom(CreateRoomRequest(name: r.roomName), from: channel)
+        let (room, member) = try await joinSession(r, from: channel)
+        do {
+            var answer: SessionDescriptionText?
+            for m in sending {
+                guard let mid = m.mid else { throw RoomError.invalidSdp("Every m-section needs an a=mid line.") }
+                let result = try await publish(PublishRequest(memberId: member.id, contentType: m.kind, mid: mid, offer: r.offer),
+                                               from: channel)
+                answer = result.answer
+            }
+            guard let answer else { throw RoomError.internalError("The session's answer could not be made.") }
+            member.mediaSession?.remoteUfrag = remote.iceUfrag
+            return MediaSessionResult(sessionId: member.mediaSession?.secret ?? "", memberId: member.id, roomId: room.id,
+                                      answer: answer.sdp, etag: member.mediaSession?.etag ?? "")
+        } catch {
+            removeMember(member, from: room, reason: "left")
+            flushOutbox()
+            throw error
+        }
+    }
+
+    public func egress(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> MediaSessionResult {
+        defer { forgetConnection(channel) }
+        try await bindToken(r.token, channel)
+        guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
+        guard let publisherName = r.memberName, let publisher = room.members.first(where: { $0.name == publisherName }) else {
+            throw RoomError.memberNotFound(r.memberName ?? "")
+        }
+        let sd = try SdpNegotiation.parse(r.offer)
+        var wanted: [(MediaDescription, RoomPublication?)] = []
+        for m in sd.media where (m.kind == "audio" || m.kind == "video") && m.port != 0 && m.mid != nil
+            && (m.direction == .recvonly || m.direction == .sendrecv) && !wanted.contains(where: { $0.0.kind == m.kind }) {
+            wanted.append((m, room.publications.first { $0.publisherId == publisher.id && $0.contentType == m.kind }))
+        }
+        guard !wanted.isEmpty else {
+            throw RoomError.invalidParameter("The offer has no audio or video m-section that receives (recvonly).")
+        }
+        for (m, pub) in wanted {
+            if let pub, SfuSdp.receiverCodec(in: m, for: pub.stream.codec.codec) == nil {
+                throw RoomError.codecNotSupported(pub.stream.codec.mimeType, publicationId: pub.id)
+            }
+            if m.forwardableCodecs.isEmpty {
+                throw RoomError.invalidParameter("m-section '\(m.mid ?? "")' offers no codec Minato forwards (audio: opus; video: VP8, VP9, H264 packetization-mode=1, AV1).")
+            }
+        }
+        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let (_, member) = try await joinSession(r, from: channel)
+        do {
+            let local = try await transport(.recv, of: member, in: room)
+            try await applyRemoteOnce(remote, .recv, of: member, in: room, transport: local.id)
+            try stillJoined(member, room)
+            var lines: [EgressLine] = []
+            for (m, pub) in wanted {
+                guard let mid = m.mid,
+                      let codec = pub.flatMap({ SfuSdp.receiverCodec(in: m, for: $0.stream.codec.codec) }) ?? m.forwardableCodecs.first
+                else { continue }
+                let ssrc = UInt32.random(in: 1...UInt32.max)
+                let rtxPt = m.kind == "video" ? m.rtxPayloadType(associatedWith: codec.payloadType) : nil
+                lines.append(EgressLine(mid: mid, kind: m.kind, codec: codec, rtxPayloadType: rtxPt, ssrc: ssrc,
+                                        rtxSsrc: rtxPt == nil ? nil : ReceiveSlot.randomSsrc(besides: ssrc),
+                                        extensions: SfuSdp.receiverExtensions(in: m)))
+            }
+            member.mediaSession?.follows = publisherName
+            member.mediaSession?.egress = lines
+            member.mediaSession?.remoteUfrag = remote.iceUfrag
+            member.recvVersion += 1
+            let answer = SfuSdp.answer(toReceiverOffer: sd, streams: lines.map { $0.stream(cname: "minato-\(publisher.id.prefix(8))") },
+                                       local: SdpNegotiation.localTransport(local), sessionId: member.sessionId,
+                                       version: member.recvVersion).serialize()
+            for (_, pub) in wanted { if let pub { try await startEgress(of: pub, to: member, in: room) } }
+            return MediaSessionResult(sessionId: member.mediaSession?.secret ?? "", memberId: member.id, roomId: room.id,
+                                      answer: answer, etag: member.mediaSession?.etag ?? "")
+        } catch {
+            removeMember(member, from: room, reason: "left")
+            flushOutbox()
+            throw error
+        }
+    }
+
+    /// A trickle-ice-sdpfrag (RFC 8840) for a session: its candidates (and end-of-candidates)
+    /// go to the session's transport. `ifMatch` must be the session's ETag (or `*`) when given;
+    /// a fragment whose ICE credentials differ from the session's is an ICE restart, which is
+    /// not supported (`MediaSessionError.iceRestartUnsupported`).
+    public func trickle(session secret: String, ifMatch: String?, fragment: String) async throws {
+        guard let (room, member) = mediaSessionMember(secret), let session = member.mediaSession else {
+            throw RoomError.sessionNotFound()
+        }
+        let frag = try TrickleFragment(parsing: fragment)
+        // RFC 9725 4.3.1: a PATCH names the session's entity tag (or `*` for an ICE restart).
+        guard let ifMatch else { throw MediaSessionError.etagMissing }
+        if ifMatch != "*", ifMatch != session.etag { throw MediaSessionError.etagMismatch }
+        if let ufrag = frag.iceUfrag, ufrag != session.remoteUfrag { throw MediaSessionError.iceRestartUnsupported }
+        let direction: ConnectionDirection = session.egress.isEmpty ? .send : .recv
+        let max = configuration.maxRemoteCandidates, held = configuration.maxPendingCandidateBytes
+        for candidate in frag.candidates + (frag.endOfCandidates ? [nil] : []) {
+            let c = try Validate.candidate(candidate)
+            let action = try member.mutateTransport(direction) { t throws(RoomError) in try t.trickle(c, maxCount: max, maxHeldBytes: held) }
+            guard case .apply(let d, let line) = action else { continue }
+            let id = d.id
+            try await onWorker(room) { core in try core.addRemoteCandidate(id, line) }
+        }
+    }
+
+    /// Ends a session (WHIP/WHEP DELETE): its member leaves (reason `left`).
+    public func endMediaSession(_ secret: String) throws {
+        guard let (room, member) = mediaSessionMember(secret) else { throw RoomError.sessionNotFound() }
+        removeMember(member, from: room, reason: "left")
+        flushOutbox()
+    }
+
+    /// Whether `secret` names a live session (for the front door's 404s).
+    public func mediaSessionExists(_ secret: String) -> Bool { mediaSessionMember(secret) != nil }
+
+    // MARK: Internals
+
+    func mediaSessionMember(_ secret: String) -> (Room, LocalSFURoomMember)? {
+        for room in rooms {
+            for m in room.members {
+                if let s = m.mediaSession?.secret, constantTimeEquals(s, secret) { return (room, m) }
+            }
+        }
+        return nil
+    }
+
+    /// A session's connection exists only for its one request: its token binding and ledger go.
+    private func forgetConnection(_ channel: ClientChannel) {
+        sessions[channel.id] = nil
+        connections[channel.id] = nil
+    }
+
+    private func bindToken(_ token: String?, _ channel: ClientChannel) async throws {
+        guard verifier != nil else { return }
+        guard let token else { throw RoomError.invalidAuthToken("This server requires a token: send Authorization: Bearer <token>.") }
+        _ = try await authenticate(token: token, update: false, from: channel)
+    }
+
+    /// Joins the session's member (type `bot`, named by the request or `whip-`/`whep-` and 8
+    /// random hex digits) with the permission the session needs.
+    private func joinSession(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> (Room, LocalSFURoomMember) {
+        guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
+        let name = r.kind == .ingest ? (r.memberName ?? Self.sessionName("whip")) : Self.sessionName("whep")
+        let joined = try await join(JoinRequest(roomId: room.id, name: name, type: "bot"), from: channel)
+        guard case .object(let o) = joined.member, let id = o["id"]?.stringValue, let member = room.member(id) else {
+            throw RoomError.internalError("The session's member could not be made.")
+        }
+        member.mediaSession = MediaSession(secret: Self.randomHex(32), etag: "\"" + Self.randomHex(16) + "\"")
+        do {
+            try authorize(.member(r.kind == .ingest ? "publish" : "subscribe"), target: .member(id), from: channel)
+        } catch {
+            removeMember(member, from: room, reason: "left")
+            throw error
+        }
+        return (room, member)
+    }
+
+    static func sessionName(_ prefix: String) -> String { prefix + "-" + randomHex(8) }
+
+    static func randomHex(_ digits: Int) -> String {
+        var rng = SystemRandomNumberGenerator()
+        var out = ""
+        while out.count < digits {
+            let hex = String(rng.next() as UInt64, radix: 16)
+            out += String(repeating: "0", count: 16 - hex.count) + hex
+        }
+        return String(out.prefix(digits))
+    }
+
+    /// Starts forwarding `pub` into the egress member's m-section of its kind (a subscription
+    /// with its consumer), when that m-section is free and was answered with the codec.
+    func startEgress(of pub: RoomPublication, to member: LocalSFURoomMember, in room: Room) async throws {
+        guard let session = member.mediaSession,
+              let i = session.egress.firstIndex(where: { $0.kind == pub.contentType && $0.subscriptionId == nil }),
+              session.egress[i].codec.codec == pub.stream.codec.codec.codec,
+              let producer = pub.producer, let tid = member.recv.description?.id else { return }
+        if room.subscriptions.filter({ $0.publicationId == pub.id }).count >= pub.maxSubscribers {
+            throw RoomError.maxSubscribersExceeded(pub.maxSubscribers)
+        }
+        let line = session.egress[i]
+        let sub = RoomSubscription(id: UUID().uuidString.lowercased(), publicationId: pub.id, subscriberId: member.id,
+                                   contentType: pub.contentType, mid: line.mid, ssrc: line.ssrc, preferredEncodingId: nil)
+        member.mediaSession?.egress[i].subscriptionId = sub.id
+        room.subscriptions.append(sub)
+        emit(room, "publicationSubscribed", ["subscription": sub.json])
+        // Header extensions: the publisher's ids to the player's ids for the same URI.
+        var ids = ExtensionIdMap()
+        for (publisherId, receiverId) in pub.stream.extensionIds {
+            guard let uri = RtpHeaderExtension.allCases.first(where: { $0.receiverId == receiverId })?.uri,
+                  let theirs = line.extensions.first(where: { $0.uri == uri })?.id else { continue }
+            ids[publisherId] = theirs
+        }
+        let map = ids, ssrc = line.ssrc, pt = line.codec.payloadType
+        let rtxSsrc = line.rtxPayloadType == nil ? nil : line.rtxSsrc, rtxPt = line.rtxPayloadType
+        let consumer = try await onWorker(room) { core in
+            try core.addConsumer(on: tid) { index in
+                ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
+                                   rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
+            }
+        }
+        if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }
+    }
+
+    /// A new publication: every egress session following its publisher by name takes it into
+    /// its free m-section of that kind (`startEgress`).
+    func followPublication(_ pub: RoomPublication, in room: Room) async {
+        guard let name = room.member(pub.publisherId)?.name else { return }
+        for m in room.members where m.mediaSession?.follows == name && !m.removed {
+            do { try await startEgress(of: pub, to: m, in: room) } catch {
+                logger.info("egress session did not take a publication", metadata: ["member": "\(m.id)", "error": "\(error)"])
+            }
+        }
+        flushOutbox()
+    }
+}
+
+/// A WHIP or WHEP request, as the core takes it.
+public struct MediaSessionRequest: Sendable {
+    public enum Kind: Sendable { case ingest, egress }
+    public var kind: Kind
+    public var roomName: String
+    /// Ingest: the member's name (nil: `whip-` and random hex). Egress: the publisher followed.
+    public var memberName: String?
+    public var offer: String
+    /// The bearer token (needed when auth is on).
+    public var token: String?
+    public init(kind: Kind, roomName: String, memberName: String?, offer: String, token: String? = nil) {
+        self.kind = kind; self.roomName = roomName; self.memberName = memberName; self.offer = offer; self.token = token
+    }
+}
+
+public struct MediaSessionResult: Sendable {
+    /// The secret that names the session in its URL.
+    public let sessionId: String
+    public let memberId: String
+    public let roomId: String
+    public let answer: String
+    /// The session's entity tag, quoted.
+    public let etag: String
+}
+
+/// The HTTP-only outcomes of a session request (everything else is a `RoomError`).
+public enum MediaSessionError: Error, Sendable, Equatable {
+    /// `If-Match` names another entity tag (412).
+    case etagMismatch
+    /// No `If-Match` (428).
+    case etagMissing
+    /// The fragment asks for an ICE restart (422: RFC 9725 for a server without it).
+    case iceRestartUnsupported
+}
+
+/// What a session member keeps beside an ordinary member's state.
+struct MediaSession {
+    let secret: String
+    let etag: String
+    /// The client's ICE username fragment (a PATCH with another one is an ICE restart).
+    var remoteUfrag = ""
+    /// Egress: the publisher followed, by name, and the answered m-sections.
+    var follows: String?
+    var egress: [EgressLine] = []
+}
+
+/// One m-section of an egress session, as answered.
+struct EgressLine {
+    let mid: String
+    let kind: String
+    /// The player's payload type and fmtp for the codec it gets.
+    let codec: ForwardableCodec
+    let rtxPayloadType: UInt8?
+    let ssrc: UInt32
+    let rtxSsrc: UInt32?
+    let extensions: [ExtMap]
+    var subscriptionId: String?
+
+    init(mid: String, kind: String, codec: ForwardableCodec, rtxPayloadType: UInt8?, ssrc: UInt32, rtxSsrc: UInt32?,
+         extensions: [ExtMap]) {
+        self.mid = mid; self.kind = kind; self.codec = codec; self.rtxPayloadType = rtxPayloadType
+        self.ssrc = ssrc; self.rtxSsrc = rtxSsrc; self.extensions = extensions
+    }
+
+    func stream(cname: String) -> SfuSdp.AnsweredReceiverStream {
+        SfuSdp.AnsweredReceiverStream(mid: mid, codec: codec, rtxPayloadType: rtxPayloadType, ssrc: ssrc, rtxSsrc: rtxSsrc,
+                                      streamId: "minato", trackId: "\(kind)-\(mid)", cname: cname, extensions: extensions)
+    }
+}
+
+/// An `application/trickle-ice-sdpfrag` body (RFC 8840): ICE credentials, candidate lines and
+/// end-of-candidates. Lines it does not use (`m=`, `a=mid`, …) are skipped, unknown ones too.
+struct TrickleFragment {
+    var iceUfrag: String?
+    var icePwd: String?
+    var candidates: [String] = []
+    var endOfCandidates = false
+
+    static let maxLines = 256
+
+    init(parsing text: String) throws(RoomError) {
+        var count = 0
+        for raw in text.split(omittingEmptySubsequences: true, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            count += 1
+            guard count <= Self.maxLines else { throw .limitExceeded("A trickle fragment may have at most \(Self.maxLines) lines.") }
+            let line = raw.hasSuffix("\r") ? raw.dropLast() : raw[...]
+            if line.hasPrefix("a=ice-ufrag:") { iceUfrag = String(line.dropFirst("a=ice-ufrag:".count)) }
+            else if line.hasPrefix("a=ice-pwd:") { icePwd = String(line.dropFirst("a=ice-pwd:".count)) }
+            else if line.hasPrefix("a=candidate:") { candidates.append(String(line.dropFirst(2))) }
+            else if line == "a=end-of-candidates" { endOfCandidates = true }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+internal import Hummingbird
+internal import HTTPTypes
+internal import MinatoRooms
+internal import Foundation
+internal import NIOCore
+internal import Synchronization
+
+/// WHIP (RFC 9725) and WHEP on the server's HTTP port: a broadcast tool publishes into a room,
+/// and a player watches one member, each with one HTTP offer/answer and no SDK. The room work
+/// is the room core's (`RoomService.ingest` / `egress` / `trickle` / `endMediaSession`); this
+/// turns HTTP into those calls and their errors into the statuses the RFC names, each with a
+/// one-line `text/plain` body.
+///
+///     POST   /whip/{room}[?name=…]        application/sdp offer -> 201 answer, Location, ETag, Link
+///     POST   /whep/{room}/{member}         application/sdp recvonly offer -> 201 answer, …
+///     PATCH  /whip|whep/session/{id}       application/trickle-ice-sdpfrag -> 204
+///     DELETE /whip|whep/session/{id}       -> 200
+///     OPTIONS on every one of these        CORS preflight -> 204
+///
+/// Auth: with `auth.secret` set, the POST needs `Authorization: Bearer <token>`, the same JWT as
+/// the WebSocket (publish or subscribe for that room and member name). The session URL is a
+/// 128-bit secret and is what PATCH and DELETE need. Browsers of any origin may call these
+/// (`Access-Control-Allow-Origin: *`): no cookie or ambient credential is involved.
+struct WhipWhep: Sendable {
+    let rooms: RoomService
+    /// `Link: <url>; rel="ice-server"` values for the answer (`media.clientIceServers`).
+    let iceServers: [String]
+    /// Ids for the sessions' one-request connections, from the server's connection counter.
+    let nextConnectionId: @Sendable () -> UInt64
+
+    static let maxOfferBytes = 64 * 1024
+    static let maxFragmentBytes = 16 * 1024
+    static let linkField = HTTPField.Name("Link")
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post("/whip/:room") { r, c in await respond { try await post(r, c, kind: .ingest) } }
+        router.post("/whep/:room/:member") { r, c in await respond { try await post(r, c, kind: .egress) } }
+        for prefix in ["/whip", "/whep"] {
+            router.patch("\(prefix)/session/:id") { r, c in await respond { try await patch(r, c) } }
+            router.delete("\(prefix)/session/:id") { _, c in
+                await respond {
+                    try await rooms.endMediaSession(try param(c, "id"))
+                    return Self.text(.ok, "session ended\n")
+                }
+            }
+            router.on("\(prefix)/session/:id", method: .options) { _, _ in Self.preflight(allow: "PATCH, DELETE, OPTIONS") }
+            for method in [HTTPRequest.Method.get, .put, .post] {
+                router.on("\(prefix)/session/:id", method: method) { _, _ in
+                    Self.text(.methodNotAllowed, "a session takes PATCH (trickle ICE) and DELETE\n", allow: "PATCH, DELETE, OPTIONS")
+                }
+            }
+        }
+        router.on("/whip/:room", method: .options) { _, _ in Self.preflight(allow: "POST, OPTIONS") }
+        router.on("/whep/:room/:member", method: .options) { _, _ in Self.preflight(allow: "POST, OPTIONS") }
+        for method in [HTTPRequest.Method.get, .put, .patch, .delete] {
+            router.on("/whip/:room", method: method) { _, _ in
+                Self.text(.methodNotAllowed, "WHIP takes POST with an SDP offer here\n", allow: "POST, OPTIONS")
+            }
+            router.on("/whep/:room/:member", method: method) { _, _ in
+                Self.text(.methodNotAllowed, "WHEP takes POST with an SDP offer here\n", allow: "POST, OPTIONS")
+            }
+        }
+    }
+
+    private func post(_ request: Request, _ context: BasicRequestContext, kind: MediaSessionRequest.Kind) async throws -> Response {
+        try Self.requireContentType(request, "application/sdp")
+        let offer = try await Self.body(request, max: Self.maxOfferBytes)
+        let room = try param(context, "room")
+        let name = kind == .ingest ? request.uri.queryParameters["name"].map(String.init) : try param(context, "member")
+        let header = request.headers[.authorization] ?? ""
+        let token = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil
+        let channel = ClientChannel(id: nextConnectionId(), send: { _ in })
+        let r = MediaSessionRequest(kind: kind, roomName: room, memberName: name, offer: offer, token: token)
+        let result = kind == .ingest ? try await rooms.ingest(r, from: channel) : try await rooms.egress(r, from: channel)
+        var headers = Self.cors
+        headers[.contentType] = "application/sdp"
+        headers[.location] = (kind == .ingest ? "/whip" : "/whep") + "/session/" + result.sessionId
+        headers[.eTag] = result.etag
+        if let link = Self.linkField {
+            for server in iceServers { headers.append(HTTPField(name: link, value: "<\(server)>; rel=\"ice-server\"")) }
+        }
+        return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: result.answer)))
+    }
+
+    private func patch(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let id = try param(context, "id")
+        guard await rooms.mediaSessionExists(id) else { throw RoomError.sessionNotFound() }
+        try Self.requireContentType(request, "application/trickle-ice-sdpfrag")
+        let fragment = try await Self.body(request, max: Self.maxFragmentBytes)
+        try await rooms.trickle(session: id, ifMatch: request.headers[.ifMatch], fragment: fragment)
+        return Self.text(.noContent, "")
+    }
+
+    // MARK: Responses
+
+    /// Runs a handler; its errors become the statuses RFC 9725 names.
+    private func respond(_ body: () async throws -> Response) async -> Response {
+        do {
+            return try await body()
+        } catch let e as MediaSessionError {
+            switch e {
+            case .etagMismatch: return Self.text(.preconditionFailed, "If-Match does not name this session's ETag\n")
+            case .etagMissing: return Self.text(.init(code: 428), "a PATCH needs If-Match with the session's ETag\n")
+            case .iceRestartUnsupported:
+                return Self.text(.unprocessableContent, "ICE restart is not supported: end this session and start a new one\n")
+            }
+        } catch let e as RoomError {
+            return Self.text(Self.status(for: e), "\(e.name): \(e.detail)\n")
+        } catch {
+            return Self.text(.internalServerError, "internal: the server could not complete this request\n")
+        }
+    }
+
+    static func status(for e: RoomError) -> HTTPResponse.Status {
+        switch e.name {
+        case "codecNotSupported": return .unprocessableContent
+        case "invalidSdp", "invalidParameter", "invalidParams": return .badRequest
+        default: return (400...599).contains(e.code) ? .init(code: e.code) : .internalServerError
+        }
+    }
+
+    static let cors: HTTPFields = [
+        .accessControlAllowOrigin: "*",
+        .accessControlExposeHeaders: "Location, ETag, Link",
+    ]
+
+    static func text(_ status: HTTPResponse.Status, _ body: String, allow: String? = nil) -> Response {
+        var headers = cors
+        headers[.contentType] = "text/plain; charset=utf-8"
+        if let allow { headers[.allow] = allow }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func preflight(allow: String) -> Response {
+        var headers = cors
+        headers[.accessControlAllowMethods] = allow
+        headers[.accessControlAllowHeaders] = "Authorization, Content-Type, If-Match"
+        headers[.accessControlMaxAge] = "600"
+        headers[.allow] = allow
+        return Response(status: .noContent, headers: headers)
+    }
+
+    static func requireContentType(_ request: Request, _ wanted: String) throws {
+        let type = (request.headers[.contentType] ?? "").lowercased()
+        let bare = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+        guard bare == wanted else {
+            throw RoomError.unsupportedMediaType("The body must be sent as Content-Type: \(wanted); this one was '\(type.prefix(64))'.")
+        }
+    }
+
+    static func body(_ request: Request, max: Int) async throws -> String {
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: max) } catch {
+            throw RoomError.limitExceeded("The body is larger than \(max / 1024) KiB.")
+        }
+        return String(buffer: buffer)
+    }
+}
+
+private func param(_ context: BasicRequestContext, _ name: String) throws -> String {
+    guard let v = context.parameters.get(name) else { throw RoomError.invalidParameter("The URL needs {\(name)}.") }
+    return v
+}
