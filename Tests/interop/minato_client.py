@@ -468,6 +468,28 @@ async def create_room(url: str, name: str) -> dict:
         await conn.close()
 
 
+class LoopThread:
+    """An asyncio loop running on a thread of its own for a whole test, so aiortc members live
+    beside Playwright's sync API (which owns the test thread's loop): `run(coro)` runs a
+    coroutine there and returns its result."""
+
+    def __init__(self) -> None:
+        import threading
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop).result(timeout + 5)
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        self.loop.call_soon_threadsafe(fn)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
 def run_async(coro: Any, timeout: float = 100) -> Any:
     """Runs a test coroutine on a fresh event loop, bounded in time."""
     async def bounded() -> Any:

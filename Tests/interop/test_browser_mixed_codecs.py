@@ -9,9 +9,6 @@ and receive every audio.
 """
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 import time
 
 import pytest
@@ -21,7 +18,7 @@ import browser
 import firefox
 from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
 from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
-from minato_client import Member, unique_name
+from minato_client import LoopThread, Member, unique_name
 from test_browser_firefox import JOIN_MIC_THEN_CAMERA, VIDEO, stats_by_publisher
 
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
@@ -45,23 +42,6 @@ def chromium():
         b = launch_chromium(pw)
         yield b
         b.close()
-
-
-class LoopThread:
-    """An asyncio loop on a thread of its own, so an aiortc member lives beside Playwright's sync
-    API (which owns the test thread's loop) for the whole test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 30):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def decoding(page, name: str, audio_only: bool = False) -> bool:
@@ -165,7 +145,7 @@ def test_vp8_and_h264_room_of_firefox_chromium_and_aiortc(server, ff, chromium, 
         lt.run(aio.leave())
     finally:
         for s in sinks:
-            lt.loop.call_soon_threadsafe(s.stop)
+            lt.call_soon(s.stop)
         if aio is not None:
             try:
                 lt.run(aio.close(), timeout=10)
