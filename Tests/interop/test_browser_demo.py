@@ -1,27 +1,41 @@
 """The demo page at `/`, driven like a person would in real Chromium tabs, against the real server.
+(b)+(e) and (c) run their one test body in Chromium and in Firefox ESR (windows of one Firefox per
+test, through Tests/interop/firefox.py, whose FirefoxPage/FirefoxLocator/expect mirror the
+Playwright calls used here).
 
 (b) page 1 creates a room with a password; page 2 sees it in the list with a lock; a wrong
     password shows a visible error; the right one lets both see each other's video; a taken name
     is refused; mute/unmute reaches the others.
 (e) a screenshot of the demo with three members is kept under artifacts/interop/ and checked
-    non-blank.
+    non-blank. Chromium's fake camera draws a moving pattern: each tile must show a picture (luma
+    spread, several colours). Firefox's fake camera is one flat colour (Y 0x80, the hue moving a
+    little every frame, plus a tiny timestamp mark), so in Firefox each tile must show that colour
+    (far from the near-black video background #05070a) and the colour must change over time.
 (c) a page reloads: the others see it come back, with no ghost member and no duplicate video.
 """
 from __future__ import annotations
 
-import pytest
-from playwright.sync_api import expect, sync_playwright
+import time
 
+import pytest
+from playwright.sync_api import expect as playwright_expect, sync_playwright
+
+import firefox
 from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, launch_chromium, wait_until
 from minato_client import unique_name
 
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
 SCREENSHOT = ARTIFACTS / "demo-three-members.png"
+SCREENSHOT_FIREFOX = ARTIFACTS / "demo-three-members-firefox.png"
+ENGINES = ["chromium", "firefox"]
+# Firefox's fake camera: luma ~128 whatever the hue; the video background #05070a is ~7.
+FIREFOX_MIN_LUMA = 60
 
 pytestmark = pytest.mark.timeout(150)
 
 # Per remote tile of a demo page: who, how many <video>s, frames decoded, the element's size,
-# and how much the picture varies (a blank or black video has ~0 luma deviation).
+# how much the picture varies (a blank or black video has ~0 luma deviation), and its mean
+# colour and luma.
 REMOTE_TILES_JS = """async () => {
   const d = window.minatoDemo;
   const out = [];
@@ -34,17 +48,23 @@ REMOTE_TILES_JS = """async () => {
     const entry = pid && d.subscriptions.get(pid);
     let frames = 0;
     if (entry) (await entry.stream.getStats()).forEach((s) => { if (s.type === 'inbound-rtp') frames += s.framesDecoded || 0; });
-    let lumaStd = 0;
+    let lumaStd = 0, lumaMean = 0, rgb = [0, 0, 0];
     if (v.videoWidth > 0) {
       g.drawImage(v, 0, 0, 64, 48);
       const px = g.getImageData(0, 0, 64, 48).data;
       let sum = 0, sq = 0, n = 0;
-      for (let i = 0; i < px.length; i += 4) { const y = 0.299 * px[i] + 0.587 * px[i + 1] + 0.114 * px[i + 2]; sum += y; sq += y * y; n++; }
+      for (let i = 0; i < px.length; i += 4) {
+        const y = 0.299 * px[i] + 0.587 * px[i + 1] + 0.114 * px[i + 2]; sum += y; sq += y * y; n++;
+        rgb[0] += px[i]; rgb[1] += px[i + 1]; rgb[2] += px[i + 2];
+      }
       lumaStd = Math.sqrt(Math.max(0, sq / n - (sum / n) ** 2));
+      lumaMean = sum / n;
+      rgb = rgb.map((c) => c / n);
     }
     out.push({ memberId: tile.dataset.memberId, name: tile.dataset.memberName, label: tile.querySelector('.label').textContent,
                videos: tile.querySelectorAll('video').length, videoWidth: v.videoWidth, videoHeight: v.videoHeight,
-               frames, lumaStd, micOff: !tile.querySelector('.mic-off').hidden, camOff: !tile.querySelector('.cam-off').hidden });
+               frames, lumaStd, lumaMean, rgb, micOff: !tile.querySelector('.mic-off').hidden,
+               camOff: !tile.querySelector('.cam-off').hidden });
   }
   return out.sort((a, b) => (a.name > b.name ? 1 : -1));
 }"""
@@ -58,9 +78,37 @@ def chromium():
         browser.close()
 
 
+def expect(target):
+    """Playwright's expect for a Chromium locator, firefox.expect (the same assertions) for a
+    Firefox one."""
+    return firefox.expect(target) if isinstance(target, firefox.FirefoxLocator) else playwright_expect(target)
+
+
 @pytest.fixture
-def pages(request, chromium, server):
+def engine() -> str:
+    """The browser engine of the `pages` a test makes (a test parametrized over it runs in each)."""
+    return "chromium"
+
+
+@pytest.fixture
+def pages(request, engine, server):
+    """Makes demo pages: Chromium pages of the module's browser, or windows of one Firefox ESR of
+    this test's own; saves their console logs and closes them after the test."""
     made = []
+    if engine == "firefox":
+        with firefox.session(f"demo-{request.node.originalname}") as ff:
+            def make_ff(label: str):
+                page = firefox.demo_page(ff, server, label)
+                made.append(page)
+                return page
+
+            try:
+                yield make_ff
+            finally:
+                for page in made:
+                    page.save(request.node.name)
+        return
+    chromium = request.getfixturevalue("chromium")
 
     def make(label: str):
         page, log = demo_page(chromium, server, label)
@@ -104,15 +152,37 @@ def remote_tiles(page) -> list[dict]:
     return page.evaluate(REMOTE_TILES_JS)
 
 
+def is_engine(page, engine: str) -> bool:
+    return isinstance(page, firefox.FirefoxPage) == (engine == "firefox")
+
+
+def shows_picture(page, tile: dict) -> bool:
+    """The tile's video shows what the publisher's fake camera draws: Chromium's moving pattern
+    (luma varies across the picture); Firefox's flat colour (bright, far from the near-black video
+    background)."""
+    if isinstance(page, firefox.FirefoxPage):
+        return tile["lumaMean"] > FIREFOX_MIN_LUMA
+    return tile["lumaStd"] > 2
+
+
 def sees_video_of(page, names: list[str], min_frames: int = 10) -> bool:
     tiles = remote_tiles(page)
     return sorted(t["name"] for t in tiles) == sorted(names) and all(
-        t["videos"] == 1 and t["videoWidth"] > 0 and t["frames"] >= min_frames and t["lumaStd"] > 2 for t in tiles)
+        t["videos"] == 1 and t["videoWidth"] > 0 and t["frames"] >= min_frames and shows_picture(page, t) for t in tiles)
+
+
+def colour_moved(a: list[float], b: list[float], by: float = 4.0) -> bool:
+    return max(abs(x - y) for x, y in zip(a, b)) >= by
 
 
 def wait_video(page, label: str, names: list[str], timeout: float = 45) -> list[dict]:
     try:
         wait_until(lambda: sees_video_of(page, names), timeout, f"{label} to show decoding video of {names}")
+        if isinstance(page, firefox.FirefoxPage):
+            # Firefox's fake camera changes hue every frame: a live picture changes colour.
+            before = {t["name"]: t["rgb"] for t in remote_tiles(page)}
+            wait_until(lambda: all(colour_moved(before[t["name"]], t["rgb"]) for t in remote_tiles(page)), 10,
+                       f"{label}: the colour of each remote video of {names} to change")
     except AssertionError as e:
         raise AssertionError(f"{e}; tiles: {dump(remote_tiles(page))}") from None
     return remote_tiles(page)
@@ -128,16 +198,18 @@ def png_stats(path, boxes: dict[str, dict]) -> dict:
     data, stride = bytes(plane), plane.line_size
 
     def region(x0: int, y0: int, x1: int, y1: int, step: int) -> dict:
-        colours, lumas = set(), []
+        colours, lumas, rgb = set(), [], [0, 0, 0]
         for y in range(max(0, y0), min(frame.height, y1), step):
             row = y * stride
             for x in range(max(0, x0), min(frame.width, x1), step):
                 r, g, b = data[row + 3 * x: row + 3 * x + 3]
                 colours.add((r >> 3, g >> 3, b >> 3))
                 lumas.append(0.299 * r + 0.587 * g + 0.114 * b)
+                rgb = [rgb[0] + r, rgb[1] + g, rgb[2] + b]
         mean = sum(lumas) / max(1, len(lumas))
         std = (sum((v - mean) ** 2 for v in lumas) / max(1, len(lumas))) ** 0.5
-        return {"colours": len(colours), "lumaMean": round(mean, 1), "lumaStd": round(std, 1)}
+        return {"colours": len(colours), "lumaMean": round(mean, 1), "lumaStd": round(std, 1),
+                "rgb": [round(c / max(1, len(lumas)), 1) for c in rgb]}
 
     out = {"width": frame.width, "height": frame.height, "all": region(0, 0, frame.width, frame.height, 4)}
     for name, b in boxes.items():
@@ -146,7 +218,8 @@ def png_stats(path, boxes: dict[str, dict]) -> dict:
     return out
 
 
-def test_password_room_list_errors_video_and_screenshot(server, pages):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_password_room_list_errors_video_and_screenshot(server, engine, pages, tmp_path):
     room = unique_name("demo")
     password = "open-sesame"
     p1 = pages("p1")
@@ -185,19 +258,39 @@ def test_password_room_list_errors_video_and_screenshot(server, pages):
     expect(p4.locator(f"tr.room[data-room-name='{room}'] .member-count")).to_have_text("3", timeout=10000)
 
     # (e) the screenshot: three members, each tile showing decoded video.
+    assert is_engine(p1, engine)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    p1.screenshot(path=str(SCREENSHOT))
+    shot = SCREENSHOT if engine == "chromium" else SCREENSHOT_FIREFOX
+    p1.screenshot(path=str(shot))
     boxes = {t.get_attribute("data-member-name"): t.locator("video").bounding_box()
              for t in p1.locator("#grid .tile").all()}
-    st = png_stats(SCREENSHOT, boxes)
-    print(f"screenshot {SCREENSHOT}: {st}")
+    st = png_stats(shot, boxes)
+    print(f"screenshot {shot}: {st}")
     assert st["width"] >= 1000 and st["height"] >= 600, st
     assert sorted(boxes) == ["alice", "bob", "carol"], boxes
     assert st["all"]["colours"] >= 30 and st["all"]["lumaStd"] > 10, f"the screenshot looks blank: {st}"
-    for name in boxes:
-        # Each video shows a picture (the fake camera's moving pattern), not a flat or black area.
-        assert st[name]["lumaStd"] > 8 and st[name]["lumaMean"] > 20 and st[name]["colours"] >= 5, \
-            f"{name}'s tile looks blank in the screenshot: {st[name]}"
+    if engine == "chromium":
+        for name in boxes:
+            # Each video shows a picture (the fake camera's moving pattern), not a flat or black area.
+            assert st[name]["lumaStd"] > 8 and st[name]["lumaMean"] > 20 and st[name]["colours"] >= 5, \
+                f"{name}'s tile looks blank in the screenshot: {st[name]}"
+    else:
+        # Each video shows Firefox's fake-camera colour (not the near-black video background), and
+        # a second screenshot a moment later shows every tile in another colour: live video.
+        for name in boxes:
+            assert st[name]["lumaMean"] > FIREFOX_MIN_LUMA, f"{name}'s tile looks blank in the screenshot: {st[name]}"
+        t0 = time.monotonic()
+        while True:
+            time.sleep(0.5)   # the fake camera moves its hue by one step per frame
+            p1.screenshot(path=str(tmp_path / "later.png"))
+            later = png_stats(tmp_path / "later.png", boxes)
+            if all(colour_moved(st[n]["rgb"], later[n]["rgb"]) for n in boxes) or time.monotonic() - t0 > 10:
+                break
+        print(f"screenshot {time.monotonic() - t0:.1f} s later: {later}")
+        for name in boxes:
+            assert later[name]["lumaMean"] > FIREFOX_MIN_LUMA, f"{name}'s tile looks blank later: {later[name]}"
+            assert colour_moved(st[name]["rgb"], later[name]["rgb"]), \
+                f"{name}'s tile kept its colour: {st[name]['rgb']} then {later[name]['rgb']}"
 
     # Mute / unmute: bob's tile at alice shows it.
     p2.click("#mute-audio")
@@ -225,7 +318,8 @@ def test_password_room_list_errors_video_and_screenshot(server, pages):
         assert page.evaluate("minatoDemo.errors.map((e) => e.name)") in ([], ["wrongPassword"], ["memberNameDuplicated"])
 
 
-def test_reload_comes_back_without_ghost_or_duplicate(server, pages):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reload_comes_back_without_ghost_or_duplicate(server, engine, pages):
     room = unique_name("reload")
     p1, p2, p3 = pages("p1"), pages("p2"), pages("p3")
     create_room(p1, room)

@@ -1,7 +1,9 @@
 """The browser SDK (/sdk/minato.js) in real Chromium against the real server.
 
 (a) three pages join one room with fake camera + mic; each decodes video from both others and
-    receives their audio; join() -> first decoded remote frame is measured and printed;
+    receives their audio; join() -> first decoded remote frame is measured and printed (per
+    engine: the same test body runs with three Chromium pages and with three Firefox ESR windows,
+    Tests/interop/firefox.py);
     SDK objects, events and MinatoError names; (d) a page that dies without leaving is gone from
     the others' member lists within the configured gap; a WebSocket reconnect takes the member over
     with its (private) reconnectSecret and replays missed events, more than one page of them.
@@ -13,6 +15,7 @@ import time
 import pytest
 from playwright.sync_api import sync_playwright
 
+import firefox
 from browser import BROWSER_SERVER_ENV, dump, kill_chromium, launch_chromium, sdk_page, wait_js, wait_until
 from minato_client import unique_name
 
@@ -36,9 +39,31 @@ def chromium(pw):
 
 
 @pytest.fixture
-def pages(request, chromium, server):
-    """Makes harness pages; saves their console logs and closes them after the test."""
+def engine() -> str:
+    """The browser engine of the `pages` a test makes; a test parametrized over `engine` runs its
+    one body in each."""
+    return "chromium"
+
+
+@pytest.fixture
+def pages(request, engine, server):
+    """Makes harness pages (Chromium pages of the module's browser, or windows of one Firefox ESR
+    of this test's own); saves their console logs and closes them after the test."""
     made = []
+    if engine == "firefox":
+        with firefox.session(f"sdk-{request.node.originalname}") as ff:
+            def make_ff(label: str):
+                page = firefox.sdk_page(ff, server, ff.new_page(label))
+                made.append(page)
+                return page
+
+            try:
+                yield make_ff
+            finally:
+                for page in made:
+                    page.save(request.node.name)
+        return
+    chromium = request.getfixturevalue("chromium")
 
     def make(label: str):
         page, log = sdk_page(chromium, server, label)
@@ -68,7 +93,8 @@ def stats_by_publisher(page) -> dict:
     return {(s["publisherName"], s["contentType"]): s for s in page.evaluate("T.stats()")}
 
 
-def test_three_pages_see_and_hear_each_other(server, pages, capsys):
+@pytest.mark.parametrize("engine", ["chromium", "firefox"])
+def test_three_pages_see_and_hear_each_other(server, engine, pages, capsys):
     room = unique_name("sdk3")
     names = ["alice", "bob", "carol"]
     ps = [pages(n) for n in names]
@@ -112,14 +138,14 @@ def test_three_pages_see_and_hear_each_other(server, pages, capsys):
                 f"{n}: frames from {o} stalled: {series}"
 
     # join() -> first decoded remote frame, per page and remote publisher (shown even without -s).
-    lines = ["", "join() -> first decoded remote video frame (test a):"]
+    lines = ["", f"join() -> first decoded remote video frame (test a, {engine}: three {engine} pages):"]
     for n, p in zip(names, ps):
         for s in p.evaluate("T.stats()"):
             if s["contentType"] == "video":
-                lines.append(f"  {n} <- {s['publisherName']}: {s['firstFrameMs']:.0f} ms (own camera+mic published at "
-                             f"{s['publishedMs']:.0f} ms, subscribe() resolved at {s['subscribedMs']:.0f} ms)")
+                lines.append(f"  {engine} {n} <- {s['publisherName']}: {s['firstFrameMs']:.0f} ms (own camera+mic "
+                             f"published at {s['publishedMs']:.0f} ms, subscribe() resolved at {s['subscribedMs']:.0f} ms)")
     last_joiner = [s["firstFrameMs"] for s in ps[2].evaluate("T.stats()") if s["contentType"] == "video"]
-    lines.append(f"  last joiner (carol, others already publishing): max {max(last_joiner):.0f} ms")
+    lines.append(f"  {engine} last joiner (carol, others already publishing): max {max(last_joiner):.0f} ms")
     with capsys.disabled():
         print("\n".join(lines))
 
