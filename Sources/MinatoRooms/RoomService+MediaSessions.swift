@@ -27,8 +27,10 @@ extension RoomService {
             throw RoomError.invalidParameter("The offer has no audio or video m-section that sends (sendonly or sendrecv).")
         }
         let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let name = r.memberName ?? Self.sessionName("whip")
+        try permitSession(.ingest, roomName: r.roomName, memberName: name, channel: channel)
         _ = try await findOrCreateRoom(CreateRoomRequest(name: r.roomName), from: channel)
-        let (room, member) = try await joinSession(r, from: channel)
+        let (room, member) = try await joinSession(r, name: name, from: channel)
         do {
             var answer: SessionDescriptionText?
             for m in sending {
@@ -51,6 +53,8 @@ extension RoomService {
     public func egress(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> MediaSessionResult {
         defer { forgetConnection(channel) }
         try await bindToken(r.token, channel)
+        let name = Self.sessionName("whep")
+        try permitSession(.egress, roomName: r.roomName, memberName: name, channel: channel)
         guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
         guard let publisherName = r.memberName, let publisher = room.members.first(where: { $0.name == publisherName }) else {
             throw RoomError.memberNotFound(r.memberName ?? "")
@@ -73,7 +77,7 @@ extension RoomService {
             }
         }
         let remote = try SdpNegotiation.remoteTransport(of: sd)
-        let (_, member) = try await joinSession(r, from: channel)
+        let (_, member) = try await joinSession(r, name: name, from: channel)
         do {
             let local = try await transport(.recv, of: member, in: room)
             try await applyRemoteOnce(remote, .recv, of: member, in: room, transport: local.id)
@@ -163,11 +167,29 @@ extension RoomService {
         _ = try await authenticate(token: token, update: false, from: channel)
     }
 
-    /// Joins the session's member (type `bot`, named by the request or `whip-`/`whep-` and 8
+    /// With auth on, before anything is made: the token must let member `memberName` publish
+    /// (ingest; and create the room when it does not exist) or subscribe (egress) in the room.
+    private func permitSession(_ kind: MediaSessionRequest.Kind, roomName: String, memberName: String,
+                               channel: ClientChannel) throws {
+        guard let grant = try grant(of: channel) else { return }
+        if kind == .ingest, !rooms.contains(where: { $0.name == roomName }) {
+            try permit(grant, roomNamed: roomName, action: "create")
+        }
+        let action = kind == .ingest ? "publish" : "subscribe"
+        let allowed = grant.rules(forRoom: roomName).contains { rule in
+            guard let m = rule.member else { return false }
+            return globMatches(m.name, memberName) && m.methods.contains(action) && rule.sfuEnabled
+        }
+        guard allowed else {
+            throw RoomError.insufficientPermissions(
+                "The token does not let member '\(memberName)' \(action) in room '\(roomName)' (it needs a scope.rooms[] rule for the room whose member rule matches that name and lists \"\(action)\").")
+        }
+    }
+
+    /// Joins the session's member (type `bot`; named by the request, or `whip-`/`whep-` and 8
     /// random hex digits) with the permission the session needs.
-    private func joinSession(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> (Room, LocalSFURoomMember) {
+    private func joinSession(_ r: MediaSessionRequest, name: String, from channel: ClientChannel) async throws -> (Room, LocalSFURoomMember) {
         guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
-        let name = r.kind == .ingest ? (r.memberName ?? Self.sessionName("whip")) : Self.sessionName("whep")
         let joined = try await join(JoinRequest(roomId: room.id, name: name, type: "bot"), from: channel)
         guard case .object(let o) = joined.member, let id = o["id"]?.stringValue, let member = room.member(id) else {
             throw RoomError.internalError("The session's member could not be made.")

@@ -78,7 +78,7 @@ class WhipPublisher:
         self.location: Optional[str] = None
         self.etag: Optional[str] = None
 
-    async def post(self, url: str) -> Reply:
+    async def post(self, url: str, headers: Optional[dict[str, str]] = None) -> Reply:
         from aiortc import RTCRtpSender
         self.pc.addTransceiver(self.audio, direction="sendonly")
         tv = self.pc.addTransceiver(self.video, direction="sendonly")
@@ -86,7 +86,7 @@ class WhipPublisher:
         tv.setCodecPreferences([c for c in caps if c.mimeType.lower() == self.codec.lower()]
                                + [c for c in caps if c.mimeType.lower() == "video/rtx"])
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        r = await ahttp("POST", url, self.pc.localDescription.sdp, "application/sdp")
+        r = await ahttp("POST", url, self.pc.localDescription.sdp, "application/sdp", headers)
         if r.status == 201:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
             self.location, self.etag = r.header("location"), r.header("etag")
@@ -114,11 +114,11 @@ class WhepPlayer:
             else:
                 self.audio = AudioSink(track, "whep-audio")
 
-    async def post(self, url: str) -> Reply:
+    async def post(self, url: str, headers: Optional[dict[str, str]] = None) -> Reply:
         self.pc.addTransceiver("audio", direction="recvonly")
         self.pc.addTransceiver("video", direction="recvonly")
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        r = await ahttp("POST", url, self.pc.localDescription.sdp, "application/sdp")
+        r = await ahttp("POST", url, self.pc.localDescription.sdp, "application/sdp", headers)
         if r.status == 201:
             self.answer = r.text
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
