@@ -26,6 +26,8 @@ extension RoomService {
         guard !sending.isEmpty else {
             throw RoomError.invalidParameter("The offer has no audio or video m-section that sends (sendonly or sendrecv).")
         }
+        // What `publish` would refuse is refused before the member exists (no join/leave events).
+        for m in sending { _ = try SdpNegotiation.publishedStream(m) }
         let remote = try SdpNegotiation.remoteTransport(of: sd)
         let name = r.memberName ?? Self.sessionName("whip")
         try permitSession(.ingest, roomName: r.roomName, memberName: name, channel: channel)
@@ -71,6 +73,9 @@ extension RoomService {
         for (m, pub) in wanted {
             if let pub, SfuSdp.receiverCodec(in: m, for: pub.stream.codec.codec) == nil {
                 throw RoomError.codecNotSupported(pub.stream.codec.mimeType, publicationId: pub.id)
+            }
+            if let pub, room.subscriptions.filter({ $0.publicationId == pub.id }).count >= pub.maxSubscribers {
+                throw RoomError.maxSubscribersExceeded(pub.maxSubscribers)
             }
             if m.forwardableCodecs.isEmpty {
                 throw RoomError.invalidParameter("m-section '\(m.mid ?? "")' offers no codec Minato forwards (audio: opus; video: VP8, VP9, H264 packetization-mode=1, AV1).")

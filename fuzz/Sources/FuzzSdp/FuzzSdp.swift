@@ -27,7 +27,35 @@ public func fuzzSdp(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             precondition(FmtpParameters(parsing: fmtp) == c.parameters, "fmtp does not reparse: \(fmtp)")
         }
     }
+    checkReceiverAnswer(to: first)
     return 0
+}
+
+private let fuzzLocal = SdpLocalTransport(iceUfrag: "ufrag", icePwd: "passwordpasswordpassword",
+                                          fingerprint: "sha-256 00:11", candidates: ["candidate:1 1 udp 1 127.0.0.1 40000 typ host"],
+                                          iceLite: true)
+
+/// The description as a WHEP player's offer: the SFU's answer (`SfuSdp.answer(toReceiverOffer:)`)
+/// for the codec each m-section would take must serialize to text that parses, answer every
+/// offered m-section in order, and send only payload types the offer listed for that codec.
+private func checkReceiverAnswer(to offer: SessionDescription) {
+    var streams: [SfuSdp.AnsweredReceiverStream] = []
+    for (i, m) in offer.media.enumerated() {
+        guard let mid = m.mid, !streams.contains(where: { $0.mid == mid }), let first = m.forwardableCodecs.first,
+              let codec = SfuSdp.receiverCodec(in: m, for: first) else { continue }
+        precondition(m.forwardableCodecs.contains(codec), "receiverCodec chose a codec the m-section did not offer")
+        let rtx = m.kind == "video" ? m.rtxPayloadType(associatedWith: codec.payloadType) : nil
+        streams.append(SfuSdp.AnsweredReceiverStream(mid: mid, codec: codec, rtxPayloadType: rtx, ssrc: UInt32(i + 1),
+                                                     rtxSsrc: UInt32(i + 1000), streamId: "s", trackId: "t", cname: "c",
+                                                     extensions: SfuSdp.receiverExtensions(in: m)))
+    }
+    let answer = SfuSdp.answer(toReceiverOffer: offer, streams: streams, local: fuzzLocal, sessionId: 1, version: 1)
+    precondition(answer.media.count == offer.media.count, "the answer must have one m-section per offered one")
+    let text = answer.serialize()
+    guard let reparsed = try? SessionDescription.parse(text) else { preconditionFailure("the answer does not parse:\n\(text)") }
+    for (m, s) in zip(reparsed.media, answer.media) where s.port != 0 {
+        precondition(m.payloadTypes == s.payloadTypes, "answer payload types changed on reparse")
+    }
 }
 
 // SwiftPM links an executable's entry point as `FuzzSdp_main`; hand control to libFuzzer's driver.
