@@ -42,7 +42,7 @@ import MinatoWire
     @Test func onlyBundledBundleOnlySectionsAreRevived() throws {
         let head = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"
         func section(_ kind: String, _ port: Int, _ mid: String, bundleOnly: Bool) -> String {
-            "m=\(kind) \(port) UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000\r\n"
+            "m=\(kind) \(port) UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 127.0.0.1\r\na=rtpmap:96 VP8/90000\r\n"
                 + (bundleOnly ? "a=bundle-only\r\n" : "") + "a=sendonly\r\na=mid:\(mid)\r\n"
         }
         // A rejected m-section (port 0, no bundle-only) stays rejected; a bundle-only one outside

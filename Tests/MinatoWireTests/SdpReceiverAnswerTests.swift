@@ -6,13 +6,13 @@ import MinatoWire
 @Suite struct SdpReceiverAnswerTests {
     static let gstreamerOffer = """
         v=0\r
-        o=- 4312880246432289764 0 IN IP4 0.0.0.0\r
+        o=- 4312880246432289764 0 IN IP4 127.0.0.1\r
         s=-\r
         t=0 0\r
         a=ice-options:trickle\r
         a=group:BUNDLE audio0 video1\r
         m=audio 9 UDP/TLS/RTP/SAVPF 111\r
-        c=IN IP4 0.0.0.0\r
+        c=IN IP4 127.0.0.1\r
         a=setup:actpass\r
         a=ice-ufrag:yrlt/wu7C64y2YjzRAVqQ+zEkk03Q3mj\r
         a=ice-pwd:nVGtL2iTJkcYlaT0XTFCcC2qJ6yq/lCl\r
@@ -25,7 +25,7 @@ import MinatoWire
         a=fingerprint:sha-256 70:24:57:3F:5D:46:71:26:71:C3:AD:EA:48:7A:A1:4A:C3:36:BB:87:D4:88:95:FA:C8:34:09:37:0A:A3:B5:9F\r
         a=candidate:1 1 UDP 2015363327 127.0.0.1 35229 typ host\r
         m=video 0 UDP/TLS/RTP/SAVPF 96 102 97\r
-        c=IN IP4 0.0.0.0\r
+        c=IN IP4 127.0.0.1\r
         a=setup:actpass\r
         a=ice-ufrag:yrlt/wu7C64y2YjzRAVqQ+zEkk03Q3mj\r
         a=ice-pwd:nVGtL2iTJkcYlaT0XTFCcC2qJ6yq/lCl\r
