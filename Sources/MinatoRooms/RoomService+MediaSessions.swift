@@ -195,7 +195,11 @@ extension RoomService {
     /// random hex digits) with the permission the session needs.
     private func joinSession(_ r: MediaSessionRequest, name: String, from channel: ClientChannel) async throws -> (Room, LocalSFURoomMember) {
         guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
-        let joined = try await join(JoinRequest(roomId: room.id, name: name, type: "bot"), from: channel)
+        // A broadcaster that reconnects (OBS after a network drop) posts again under its name
+        // while its old session may still wait for its transport timeout: a WHIP session of that
+        // name is replaced (reason `replaced`); any other member of that name is not.
+        let replace = r.kind == .ingest && room.members.contains { $0.name == name && $0.mediaSession?.egress.isEmpty == true }
+        let joined = try await join(JoinRequest(roomId: room.id, name: name, replace: replace, type: "bot"), from: channel)
         guard case .object(let o) = joined.member, let id = o["id"]?.stringValue, let member = room.member(id) else {
             throw RoomError.internalError("The session's member could not be made.")
         }

@@ -139,6 +139,37 @@ def server(request: pytest.FixtureRequest):
         pytest.fail(f"minato died during {name} (exit {srv.proc.returncode})\n{srv.tail()}", pytrace=False)
 
 
+# ---- browsers, one of each per test module ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pw():
+    """Playwright's sync API (its event loop runs on the test thread while the module uses it)."""
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def chromium(pw):
+    """Debian's Chromium with the flags of browser.launch_chromium."""
+    from browser import launch_chromium
+    b = launch_chromium(pw)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def ff(request: pytest.FixtureRequest):
+    """A headless Firefox ESR (firefox.py) for the module, with IPv6 off while it runs."""
+    import firefox
+    with firefox.ipv6_disabled():
+        f = firefox.Firefox(Path(str(request.node.path)).stem)
+        try:
+            yield f
+        finally:
+            f.close()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield

@@ -18,10 +18,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from playwright.sync_api import expect as playwright_expect, sync_playwright
+from playwright.sync_api import expect as playwright_expect
 
 import firefox
-from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, launch_chromium, wait_until
+from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, wait_until
 from minato_client import unique_name
 
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
@@ -68,14 +68,6 @@ REMOTE_TILES_JS = """async () => {
   }
   return out.sort((a, b) => (a.name > b.name ? 1 : -1));
 }"""
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        yield browser
-        browser.close()
 
 
 def expect(target):

@@ -19,11 +19,10 @@ import concurrent.futures
 import time
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 import browser
 import firefox
-from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
+from browser import BROWSER_SERVER_ENV, wait_until
 from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
 from minato_client import Member, unique_name
 
@@ -62,29 +61,6 @@ SENDING = """async () => {
     }
     return out;
 }"""
-
-
-@pytest.fixture(scope="module")
-def ff():
-    with firefox.ipv6_disabled():
-        f = firefox.Firefox("ff")
-        try:
-            yield f
-        finally:
-            f.close()
-
-
-@pytest.fixture(scope="module")
-def pw():
-    with sync_playwright() as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def chromium(pw):
-    b = launch_chromium(pw)
-    yield b
-    b.close()
 
 
 def stats_by_publisher(page) -> dict:

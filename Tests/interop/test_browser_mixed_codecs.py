@@ -12,11 +12,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 import browser
 import firefox
-from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
+from browser import BROWSER_SERVER_ENV, wait_until
 from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
 from minato_client import LoopThread, Member, unique_name
 from test_browser_firefox import JOIN_MIC_THEN_CAMERA, VIDEO, stats_by_publisher
@@ -24,24 +23,6 @@ from test_browser_firefox import JOIN_MIC_THEN_CAMERA, VIDEO, stats_by_publisher
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
 
 pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture(scope="module")
-def ff():
-    with firefox.ipv6_disabled():
-        f = firefox.Firefox("ffcodecs")
-        try:
-            yield f
-        finally:
-            f.close()
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 def decoding(page, name: str, audio_only: bool = False) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 import firefox
 from browser import BROWSER_SERVER_ENV, dump, kill_chromium, launch_chromium, sdk_page, wait_js, wait_until
@@ -23,19 +22,6 @@ GAP_SEC = 3
 MINATO_SERVER_ENV = {**BROWSER_SERVER_ENV, "MINATO_ROOMS_KEEPALIVE_INTERVAL_GAP_SEC": str(GAP_SEC)}
 
 pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture(scope="module")
-def pw():
-    with sync_playwright() as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def chromium(pw):
-    browser = launch_chromium(pw)
-    yield browser
-    browser.close()
 
 
 @pytest.fixture

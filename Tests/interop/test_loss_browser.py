@@ -28,9 +28,8 @@ import time
 from typing import Any, Optional
 
 import pytest
-from playwright.sync_api import sync_playwright
 
-from browser import BROWSER_SERVER_ENV, launch_chromium, sdk_page, wait_js
+from browser import BROWSER_SERVER_ENV, sdk_page, wait_js
 from impair import UdpLoss
 from loss_pair import metrics, metrics_delta
 from minato_client import unique_name
@@ -62,14 +61,6 @@ METRIC_HEADS = ("rtcp_", "rtp_", "keyframe_", "nack", "retrans", "rtx")
 
 
 # ---- fixtures ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        yield browser
-        browser.close()
-
 
 @pytest.fixture
 def pages(request, chromium, server):

@@ -15,10 +15,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 import browser
-from browser import BROWSER_SERVER_ENV, launch_chromium, wait_until
+from browser import BROWSER_SERVER_ENV, wait_until
 from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
 from minato_client import Connection, LoopThread, Member, create_room, unique_name
 from waiting import await_until
@@ -28,14 +27,6 @@ from test_fanout_vp8 import media_metrics
 MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
 
 pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as pw:
-        b = launch_chromium(pw)
-        yield b
-        b.close()
 
 
 def stats_by_publisher(page) -> dict:

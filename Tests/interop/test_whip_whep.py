@@ -283,3 +283,33 @@ def test_error_statuses_and_etag_rules(server):
             await pub.close()
 
     run_async(body(), timeout=60)
+
+
+def test_a_reconnecting_broadcaster_replaces_its_old_session(server):
+    """OBS posts again under its name after a network drop, while the old session still waits for
+    its transport timeout: the old WHIP session is replaced (memberLeft, reason `replaced`); a
+    WebSocket member's name is never taken (409)."""
+    async def body() -> None:
+        room = await create_room(server.url, unique_name("whiprepl"))
+        person = await Member.join(server.url, room["id"], "alice")
+        first, second, third = WhipPublisher(), WhipPublisher(), WhipPublisher()
+        try:
+            r = await first.post(f"{server.http}/whip/{room['name']}?name=obs")
+            assert r.status == 201, r
+            start = len(person.conn.events)
+            r = await second.post(f"{server.http}/whip/{room['name']}?name=obs")
+            assert r.status == 201, r
+            ev = await person.conn.wait_event(lambda e: e["type"] == "memberLeft" and e["data"]["member"]["name"] == "obs",
+                                              10, start)
+            assert ev.get("reason") == "replaced", ev
+            assert_status(await ahttp("DELETE", server.http + first.location), 404, "sessionNotFound")
+            rm = (await person.conn.call("getRoom", {"roomId": room["id"]}))["room"]
+            assert sorted(m["name"] for m in rm["members"]) == ["alice", "obs"], rm["members"]
+            assert_status(await third.post(f"{server.http}/whip/{room['name']}?name=alice"), 409, "memberNameDuplicated")
+            assert (await ahttp("DELETE", server.http + second.location)).status == 200
+        finally:
+            for w in (first, second, third):
+                await w.close()
+            await person.close()
+
+    run_async(body(), timeout=60)
