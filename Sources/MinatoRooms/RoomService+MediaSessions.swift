@@ -17,7 +17,9 @@ internal import MinatoWire
 ///   m-section, provided it is in the codec that m-section was answered with.
 extension RoomService {
     public func ingest(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> MediaSessionResult {
-        defer { forgetConnection(channel) }
+        // No `run` wraps these calls: what they emit (joins, publications, subscriptions) goes
+        // out here, after the work, as `run` would send it after the response.
+        defer { forgetConnection(channel); flushOutbox() }
         try await bindToken(r.token, channel)
         let sd = try SdpNegotiation.parse(r.offer)
         let sending = sd.media.filter {
@@ -53,7 +55,9 @@ extension RoomService {
     }
 
     public func egress(_ r: MediaSessionRequest, from channel: ClientChannel) async throws -> MediaSessionResult {
-        defer { forgetConnection(channel) }
+        // No `run` wraps these calls: what they emit (joins, publications, subscriptions) goes
+        // out here, after the work, as `run` would send it after the response.
+        defer { forgetConnection(channel); flushOutbox() }
         try await bindToken(r.token, channel)
         let name = Self.sessionName("whep")
         try permitSession(.egress, roomName: r.roomName, memberName: name, channel: channel)
@@ -268,7 +272,6 @@ extension RoomService {
                 logger.info("egress session did not take a publication", metadata: ["member": "\(m.id)", "error": "\(error)"])
             }
         }
-        flushOutbox()
     }
 }
 

@@ -294,8 +294,14 @@ def test_a_reconnecting_broadcaster_replaces_its_old_session(server):
         person = await Member.join(server.url, room["id"], "alice")
         first, second, third = WhipPublisher(), WhipPublisher(), WhipPublisher()
         try:
+            start = len(person.conn.events)
             r = await first.post(f"{server.http}/whip/{room['name']}?name=obs")
             assert r.status == 201, r
+            # The room's members hear of the WHIP member at once (no request of theirs needed).
+            for kind in ("audio", "video"):
+                await person.conn.wait_event(lambda e: e["type"] == "streamPublished"
+                                             and e["data"]["publication"]["contentType"] == kind, 5, start)
+            assert [e["type"] for e in person.conn.events[start:]] == ["memberJoined", "streamPublished", "streamPublished"]
             start = len(person.conn.events)
             r = await second.post(f"{server.http}/whip/{room['name']}?name=obs")
             assert r.status == 201, r
