@@ -4,6 +4,7 @@ Run through scripts/interop.sh, which makes a fresh network namespace holding on
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -168,6 +169,45 @@ def ff(request: pytest.FixtureRequest):
             yield f
         finally:
             f.close()
+
+
+@contextlib.contextmanager
+def engine_pages(request: pytest.FixtureRequest, engine: str, server, chromium_page, firefox_page, prefix: str):
+    """A maker of pages for one test in `engine`: Chromium pages of the module's browser
+    (`chromium_page(browser, server, label)` -> (page, log)), or windows of one Firefox ESR of the
+    test's own (`firefox_page(ff, server, label)` -> page). Saves their console logs and closes
+    them afterwards."""
+    made = []
+    if engine == "firefox":
+        import firefox
+        with firefox.session(f"{prefix}-{request.node.originalname}") as ff:
+            def make_ff(label: str):
+                page = firefox_page(ff, server, label)
+                made.append(page)
+                return page
+
+            try:
+                yield make_ff
+            finally:
+                for page in made:
+                    page.save(request.node.name)
+        return
+    chromium = request.getfixturevalue("chromium")
+
+    def make(label: str):
+        page, log = chromium_page(chromium, server, label)
+        made.append((page, log))
+        return page
+
+    try:
+        yield make
+    finally:
+        for page, log in made:
+            log.save(request.node.name)
+            try:
+                page.context.close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,6 +21,7 @@ import pytest
 from playwright.sync_api import expect as playwright_expect
 
 import firefox
+from conftest import engine_pages
 from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, wait_until
 from minato_client import unique_name
 
@@ -86,34 +87,8 @@ def engine() -> str:
 def pages(request, engine, server):
     """Makes demo pages: Chromium pages of the module's browser, or windows of one Firefox ESR of
     this test's own; saves their console logs and closes them after the test."""
-    made = []
-    if engine == "firefox":
-        with firefox.session(f"demo-{request.node.originalname}") as ff:
-            def make_ff(label: str):
-                page = firefox.demo_page(ff, server, label)
-                made.append(page)
-                return page
-
-            try:
-                yield make_ff
-            finally:
-                for page in made:
-                    page.save(request.node.name)
-        return
-    chromium = request.getfixturevalue("chromium")
-
-    def make(label: str):
-        page, log = demo_page(chromium, server, label)
-        made.append((page, log))
-        return page
-
-    yield make
-    for page, log in made:
-        log.save(request.node.name)
-        try:
-            page.context.close()
-        except Exception:  # noqa: BLE001
-            pass
+    with engine_pages(request, engine, server, demo_page, firefox.demo_page, "demo") as make:
+        yield make
 
 
 def create_room(page, name: str, password: str = "") -> None:

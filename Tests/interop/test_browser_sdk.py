@@ -15,6 +15,7 @@ import time
 import pytest
 
 import firefox
+from conftest import engine_pages
 from browser import BROWSER_SERVER_ENV, dump, kill_chromium, launch_chromium, sdk_page, wait_js, wait_until
 from minato_client import unique_name
 
@@ -35,34 +36,11 @@ def engine() -> str:
 def pages(request, engine, server):
     """Makes harness pages (Chromium pages of the module's browser, or windows of one Firefox ESR
     of this test's own); saves their console logs and closes them after the test."""
-    made = []
-    if engine == "firefox":
-        with firefox.session(f"sdk-{request.node.originalname}") as ff:
-            def make_ff(label: str):
-                page = firefox.sdk_page(ff, server, ff.new_page(label))
-                made.append(page)
-                return page
+    def firefox_page(ff, server, label: str):
+        return firefox.sdk_page(ff, server, ff.new_page(label))
 
-            try:
-                yield make_ff
-            finally:
-                for page in made:
-                    page.save(request.node.name)
-        return
-    chromium = request.getfixturevalue("chromium")
-
-    def make(label: str):
-        page, log = sdk_page(chromium, server, label)
-        made.append((page, log))
-        return page
-
-    yield make
-    for page, log in made:
-        log.save(request.node.name)
-        try:
-            page.context.close()
-        except Exception:  # noqa: BLE001
-            pass
+    with engine_pages(request, engine, server, sdk_page, firefox_page, "sdk") as make:
+        yield make
 
 
 def all_flowing(page, remote_names: list[str]) -> bool:
