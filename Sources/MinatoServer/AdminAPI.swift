@@ -149,7 +149,8 @@ struct AdminAPI: Sendable {
     }
 }
 
-private func param(_ context: BasicRequestContext, _ name: String) throws -> String {
+/// A path parameter of the route (`:name`); used by every HTTP front door here.
+func param(_ context: BasicRequestContext, _ name: String) throws -> String {
     guard let v = context.parameters.get(name) else { throw RoomError.invalidParameter("The path lacks {\(name)}.") }
     return v
 }

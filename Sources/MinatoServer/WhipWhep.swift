@@ -156,8 +156,3 @@ struct WhipWhep: Sendable {
         return String(buffer: buffer)
     }
 }
-
-private func param(_ context: BasicRequestContext, _ name: String) throws -> String {
-    guard let v = context.parameters.get(name) else { throw RoomError.invalidParameter("The URL needs {\(name)}.") }
-    return v
-}

@@ -61,7 +61,6 @@ struct Params {
     /// nil when absent. The count and the MIME types' form are the core's checks.
     func codecCapabilities(_ key: String) throws(RoomError) -> [String]? {
         guard let list = try optionalArray(key) else { return nil }
-        guard list.count <= 64 else { throw .invalidParameter("\"\(key)\" has \(list.count) entries; at most 64 are allowed.") }
         var out: [String] = []
         for (i, entry) in list.enumerated() {
             guard case .object(let o) = entry, o.count == 1, let m = o["mimeType"]?.stringValue else {

@@ -250,6 +250,15 @@ async () => {
 """
 
 
+def close_page(page: Any, log: "PageLog", name: str) -> None:
+    """Saves a Chromium page's console log under `name` and closes its context (if not gone yet)."""
+    log.save(name)
+    try:
+        page.context.close()
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
 def sdk_page(browser: Any, server: Any, label: str) -> tuple[Any, PageLog]:
     """A page of the server's origin (a blank document served by route) with window.T."""
     context = browser.new_context(viewport={"width": 640, "height": 480})

@@ -202,12 +202,9 @@ def engine_pages(request: pytest.FixtureRequest, engine: str, server, chromium_p
     try:
         yield make
     finally:
+        from browser import close_page
         for page, log in made:
-            log.save(request.node.name)
-            try:
-                page.context.close()
-            except Exception:  # noqa: BLE001
-                pass
+            close_page(page, log, request.node.name)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -147,11 +147,7 @@ def test_mixed_room_firefox_and_chromium(server, ff, chromium, request, capsys, 
             wait_until(lambda: p.evaluate("() => T.me.state === 'left'"), 10, "left")
     finally:
         fpage.save(request.node.name)
-        clog.save(request.node.name)
-        try:
-            cpage.context.close()
-        except Exception:  # noqa: BLE001
-            pass
+        browser.close_page(cpage, clog, request.node.name)
     assert not fpage.page_errors, fpage.page_errors
     assert not clog.page_errors, clog.page_errors
 

@@ -134,10 +134,6 @@ def test_vp8_and_h264_room_of_firefox_chromium_and_aiortc(server, ff, chromium, 
                 pass
         lt.close()
         fpage.save(request.node.name)
-        clog.save(request.node.name)
-        try:
-            cpage.context.close()
-        except Exception:  # noqa: BLE001
-            pass
+        browser.close_page(cpage, clog, request.node.name)
     assert not fpage.page_errors, fpage.page_errors
     assert not clog.page_errors, clog.page_errors

@@ -30,6 +30,7 @@ from typing import Any, Optional
 import pytest
 
 from browser import BROWSER_SERVER_ENV, sdk_page, wait_js
+from conftest import engine_pages
 from impair import UdpLoss
 from loss_pair import metrics, metrics_delta
 from minato_client import unique_name
@@ -63,22 +64,10 @@ METRIC_HEADS = ("rtcp_", "rtp_", "keyframe_", "nack", "retrans", "rtx")
 # ---- fixtures ---------------------------------------------------------------------------------
 
 @pytest.fixture
-def pages(request, chromium, server):
+def pages(request, server):
     """Makes harness pages (window.T); saves their console logs and closes them after the test."""
-    made = []
-
-    def make(label: str):
-        page, log = sdk_page(chromium, server, label)
-        made.append((page, log))
-        return page
-
-    yield make
-    for page, log in made:
-        log.save(request.node.name)
-        try:
-            page.context.close()
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+    with engine_pages(request, "chromium", server, sdk_page, None, "loss") as make:
+        yield make
 
 
 # ---- stats ------------------------------------------------------------------------------------

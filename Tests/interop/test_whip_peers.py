@@ -125,11 +125,7 @@ def test_simple_whip_client_publishes_into_a_room(server, chromium, lt, request,
     finally:
         if whip.running:
             whip.stop()
-        clog.save(request.node.name)
-        try:
-            cpage.context.close()
-        except Exception:  # noqa: BLE001
-            pass
+        browser.close_page(cpage, clog, request.node.name)
     assert not clog.page_errors, clog.page_errors
 
 
@@ -169,8 +165,7 @@ def test_chromium_plays_through_the_whep_page(server, chromium, lt, request, cap
         return pub, room
 
     pub, room = lt.run(publish())
-    context = chromium.new_context(viewport={"width": 1000, "height": 800})
-    page = context.new_page()
+    page = chromium.new_context(viewport={"width": 1000, "height": 800}).new_page()
     log = browser.PageLog(page, "whep-page")
     try:
         t0 = time.monotonic()
@@ -193,7 +188,6 @@ def test_chromium_plays_through_the_whep_page(server, chromium, lt, request, cap
         with capsys.disabled():
             print(f"\nChromium WHEP page: 30 frames decoded {first:.2f} s after opening the page")
     finally:
-        log.save(request.node.name)
-        context.close()
+        browser.close_page(page, log, request.node.name)
         lt.run(pub.close())
     assert not log.page_errors, log.page_errors

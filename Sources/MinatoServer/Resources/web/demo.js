@@ -249,7 +249,6 @@ async function maybeSubscribe(publication) {
       const tile = tileFor(publication.publisher, false);
       const codec = (publication.codecCapabilities[0] || {}).mimeType || 'its codec';
       if (tile) tile.querySelector('.label').title = `This browser cannot decode ${codec}.`;
-      if (tile) tile.dataset.undecodable = codec;
       return;
     }
     showError(e, 'Could not receive a stream');
