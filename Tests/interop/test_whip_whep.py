@@ -294,6 +294,9 @@ def test_a_reconnecting_broadcaster_replaces_its_old_session(server):
         person = await Member.join(server.url, room["id"], "alice")
         first, second, third = WhipPublisher(), WhipPublisher(), WhipPublisher()
         try:
+            # alice's own memberJoined may arrive after her join's response; count from after it.
+            await person.conn.wait_event(lambda e: e["type"] == "memberJoined"
+                                         and e["data"]["member"]["name"] == "alice", 5, 0)
             start = len(person.conn.events)
             r = await first.post(f"{server.http}/whip/{room['name']}?name=obs")
             assert r.status == 201, r
