@@ -23,14 +23,26 @@ public struct ProducerParameters: Sendable {
     public var redPayloadType: UInt8?
     /// The publisher negotiated `a=rtcp-fb:<pt> nack`: lost packets are NACKed to it.
     public var nack: Bool
+    /// Video simulcast (RFC 8853): the layers' RIDs, lowest first. When set, `ssrc` and
+    /// `rtxSsrc` are ignored: each layer's SSRC (and RTX SSRC) is learned from the first
+    /// packet carrying its RID in the `ridExtensionId` (`repairedRidExtensionId`) header
+    /// extension. Each layer is received like a stream of its own (statistics, NACKs,
+    /// keyframe requests); consumers take one layer at a time. Empty: one stream.
+    public var rids: [String]
+    /// The publisher's header extension ids of `rtp-stream-id` and `repaired-rtp-stream-id`
+    /// (RFC 8852); 0: not negotiated.
+    public var ridExtensionId: UInt8
+    public var repairedRidExtensionId: UInt8
     public init(transport: TransportIndex, kind: MediaKind, ssrc: UInt32, rtxSsrc: UInt32? = nil,
                 payloadType: UInt8, clockRate: UInt32, codec: VideoCodecKind,
                 keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false,
-                rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, nack: Bool = false) {
+                rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, nack: Bool = false,
+                rids: [String] = [], ridExtensionId: UInt8 = 0, repairedRidExtensionId: UInt8 = 0) {
         self.transport = transport; self.kind = kind; self.ssrc = ssrc
         self.rtxSsrc = rtxSsrc; self.payloadType = payloadType; self.clockRate = clockRate
         self.codec = codec; self.keyFrameRequest = keyFrameRequest; self.paused = paused
         self.rtxPayloadType = rtxPayloadType; self.redPayloadType = redPayloadType; self.nack = nack
+        self.rids = rids; self.ridExtensionId = ridExtensionId; self.repairedRidExtensionId = repairedRidExtensionId
     }
 }
 
@@ -49,11 +61,14 @@ public struct ConsumerParameters: Sendable {
     /// Audio: the subscriber's RED payload type when it accepted RED; nil: RED packets from the
     /// producer are reduced to their primary block for this subscriber.
     public var redPayloadType: UInt8?
+    /// Simulcast: the highest layer to take (0 = lowest; nil: no cap), as `setPreferredLayer`.
+    public var preferredLayer: Int?
     public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap,
-                rtxSsrc: UInt32? = nil, rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil) {
+                rtxSsrc: UInt32? = nil, rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, preferredLayer: Int? = nil) {
         self.producer = producer; self.transport = transport; self.ssrc = ssrc
         self.payloadType = payloadType; self.extensionIds = extensionIds
         self.rtxSsrc = rtxSsrc; self.rtxPayloadType = rtxPayloadType; self.redPayloadType = redPayloadType
+        self.preferredLayer = preferredLayer
     }
 }
 
@@ -74,6 +89,17 @@ public struct ProducerStats: Sendable {
     public var packetsLost: Int64 = 0
     /// Interarrival jitter in timestamp units.
     public var jitter: UInt32 = 0
+    /// Simulcast: per layer (lowest first), whether its SSRC is known yet and the packets
+    /// received on it; the fields above sum over the layers (jitter: the highest's).
+    public var layers: [LayerStats] = []
+}
+
+/// One simulcast layer of a producer (`ProducerStats.layers`).
+public struct LayerStats: Sendable, Equatable {
+    public var rid: String
+    public var ssrc: UInt32?
+    public var packetsReceived: UInt64
+    public var bytesReceived: UInt64
 }
 public struct ConsumerStats: Sendable {
     public var packetsSent: UInt64, bytesSent: UInt64
@@ -83,6 +109,13 @@ public struct ConsumerStats: Sendable {
     public var fractionLost: UInt8 = 0, packetsLost: Int32 = 0, jitter: UInt32 = 0
     /// Round-trip time of the subscriber's transport (from its receiver reports); nil unknown.
     public var roundTripTime: Nanoseconds?
+    /// Simulcast: the layer forwarded now (nil before the first keyframe) and the one the
+    /// consumer is switching to or stays on (indexes into the producer's layers, lowest 0);
+    /// both nil for a producer without layers.
+    public var layer: Int?
+    public var targetLayer: Int?
+    /// Simulcast: layer switches made.
+    public var layerSwitches: UInt64 = 0
 }
 
 /// Why a keyframe was requested from a publisher (counted per cause).
@@ -97,6 +130,8 @@ public enum KeyFrameCause: Int, CaseIterable, Sendable {
     case retry
     /// The control plane asked (admin API, room layer).
     case control
+    /// A simulcast consumer switches to this layer and waits for its keyframe.
+    case layerSwitch
 
     /// The Prometheus label value.
     public var name: String {
@@ -106,6 +141,7 @@ public enum KeyFrameCause: Int, CaseIterable, Sendable {
         case .nackGaveUp: return "nack_gave_up"
         case .retry: return "retry"
         case .control: return "control"
+        case .layerSwitch: return "layer_switch"
         }
     }
 }

@@ -66,6 +66,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case unknownPayloadType
     case producerPaused
     case waitingForKeyFrame
+    /// A simulcast layer the consumer does not take now (counted once per consumer).
+    case layerNotSelected
     case outboxFull
     /// The copy in the outbox did not parse again (cannot happen for a packet that parsed once;
     /// counted rather than assumed).
@@ -100,6 +102,7 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .unknownPayloadType: return "unknown_payload_type"
         case .producerPaused: return "producer_paused"
         case .waitingForKeyFrame: return "waiting_for_key_frame"
+        case .layerNotSelected: return "layer_not_selected"
         case .outboxFull: return "outbox_full"
         case .reparseFailed: return "reparse_failed"
         case .noSrtpSession: return "no_srtp_session"
@@ -122,6 +125,8 @@ public enum MediaError: Error, Equatable, Sendable, CustomStringConvertible {
     case unknownConsumer(ConsumerId)
     case routerMismatch
     case ssrcInUse(UInt32)
+    /// Simulcast layers (RIDs) on audio, or without the RID header extension to learn their SSRCs.
+    case simulcastUnsupported
     public var description: String {
         switch self {
         case .unknownTransport(let t): return "no such \(t)"
@@ -129,6 +134,7 @@ public enum MediaError: Error, Equatable, Sendable, CustomStringConvertible {
         case .unknownConsumer(let c): return "no such \(c)"
         case .routerMismatch: return "a consumer must belong to its producer's router"
         case .ssrcInUse(let s): return "SSRC \(s) is already used by another producer on this transport"
+        case .simulcastUnsupported: return "simulcast layers need video and the rtp-stream-id header extension"
         }
     }
 }

@@ -90,7 +90,8 @@ extension MediaEngine {
     private func keyFrameRequested(mediaSsrc: UInt32, transport t: Int, now: Nanoseconds) {
         for c in transports[t].consumers where consumers[Int(c)].parameters.ssrc == mediaSsrc {
             let p = consumers[Int(c)].parameters.producer
-            if isActive(p) { requestKeyFrame(slot: Int(p.slot), now: now, cause: .subscriber) }
+            // A simulcast consumer needs a keyframe of the layer it takes (or is switching to).
+            if isActive(p) { requestKeyFrame(slot: targetSlot(Int(c)), now: now, cause: .subscriber) }
             return
         }
     }
@@ -105,7 +106,9 @@ extension MediaEngine {
         }
         guard found >= 0 else { return }
         producers[found].stream.receivedSenderReport(ntp: sr.ntpTimestamp, rtpTimestamp: sr.rtpTimestamp, now: now)
-        for c in producers[found].consumers where consumers[Int(c)].rewriter.hasStarted {
+        let layer = producers[found].layer
+        for c in producers[found].consumers
+        where consumers[Int(c)].rewriter.hasStarted && consumers[Int(c)].currentLayer == layer {
             guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
             let consumer = consumers[Int(c)]
             let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,
@@ -140,7 +143,9 @@ extension MediaEngine {
     func emitKeyFrameRequest(_ p: Int, cause: KeyFrameCause) {
         let params = producers[p].parameters
         producers[p].packetsAtKeyFrameRequest = producers[p].stream.packets
-        guard params.keyFrameRequest != .none, isActive(params.transport) else { return }
+        // A simulcast layer whose SSRC is not known yet cannot be named.
+        guard params.keyFrameRequest != .none, isActive(params.transport),
+              producers[p].rid.isEmpty || params.ssrc != 0 else { return }
         guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
         let t = Int(params.transport.slot)
         let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize,

@@ -20,6 +20,7 @@ extension MediaEngine {
         let ssrc = view.ssrc
         var found: Int32 = Int32.min
         for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
+        if found == Int32.min, !transports[t].unboundRids.isEmpty { found = bindByRid(view, on: t) }
         if found == Int32.min { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
         if found >= 0 {
             receive(producer: Int(found), view, now: now, repaired: false)
@@ -47,6 +48,51 @@ extension MediaEngine {
         receive(producer: p, restored, now: now, repaired: true)
     }
 
+    /// The unbound simulcast layer on transport `t` whose RID (or, for RTX, repaired RID)
+    /// `view` carries: the index into `unboundRids`; nil when none matches.
+    @inline(__always)
+    func unboundLayer(named view: RtpPacketView, on t: Int) -> Int? {
+        let count = transports[t].unboundRids.count
+        var i = 0
+        while i < count {
+            let entry = transports[t].unboundRids[i]
+            let p = Int(entry.producer)
+            let id = entry.repaired ? producers[p].parameters.repairedRidExtensionId : producers[p].parameters.ridExtensionId
+            if id != 0, let value = view.extensionValue(id: id), value.count == producers[p].rid.count {
+                var same = true
+                var k = 0
+                while k < value.count {
+                    if value[k] != producers[p].rid[k] { same = false; break }
+                    k += 1
+                }
+                if same { return i }
+            }
+            i += 1
+        }
+        return nil
+    }
+
+    /// Binds the SSRC of an authenticated packet on `t` to the unbound layer its RID names:
+    /// the layer's SSRC, or its RTX SSRC for a repaired RID. Returns the `receiveSsrcs`
+    /// value (producer slot, or -1 - slot for RTX); `Int32.min` when nothing matches. Fits
+    /// in the capacity `addProducer` reserved: no allocation.
+    func bindByRid(_ view: RtpPacketView, on t: Int) -> Int32 {
+        guard let i = unboundLayer(named: view, on: t) else { return Int32.min }
+        let entry = transports[t].unboundRids.remove(at: i)
+        let p = Int(entry.producer)
+        let ssrc = view.ssrc
+        let value: Int32
+        if entry.repaired {
+            producers[p].parameters.rtxSsrc = ssrc
+            value = -1 - entry.producer
+        } else {
+            producers[p].parameters.ssrc = ssrc
+            value = entry.producer
+        }
+        transports[t].receiveSsrcs.append((ssrc, value))
+        return value
+    }
+
     /// One packet of producer `p` (as the publisher first sent it): duplicate check, store,
     /// receive statistics, gap detection, then a copy for each consumer.
     @inline(__always)
@@ -58,6 +104,7 @@ extension MediaEngine {
         }
         producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: view.buffer.count, now: now,
                                      clockRate: producers[p].parameters.clockRate)
+        producers[p].lastPacketAt = now
         if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
         if let arrival = producers[p].nack?.received(sequence, now: now) {
             switch arrival {
@@ -85,13 +132,26 @@ extension MediaEngine {
         // RED reduced to its primary block, for consumers that did not negotiate RED.
         let primary = isRed ? RedPayload.primary(in: UnsafeRawBufferPointer(view.payload)) : nil
         guard let source = UnsafeRawPointer(view.buffer.baseAddress) else { drops[DropReason.malformedRtp.rawValue] &+= 1; return }
+        let layer = producers[p].layer
         let count = producers[p].consumers.count
         var i = 0
         while i < count {
             let c = Int(producers[p].consumers[i])
             i += 1
-            if consumers[c].waitingForKeyFrame {
-                if !isKey { drops[DropReason.waitingForKeyFrame.rawValue] &+= 1; continue }
+            if consumers[c].waitingForKeyFrame || layer != consumers[c].currentLayer {
+                // Starting, resuming, or another layer: only the target layer's keyframe goes through.
+                guard isKey, layer == consumers[c].targetLayer else {
+                    let reason: DropReason = layer == consumers[c].currentLayer || consumers[c].currentLayer < 0
+                        ? .waitingForKeyFrame : .layerNotSelected
+                    drops[reason.rawValue] &+= 1
+                    continue
+                }
+                if layer != consumers[c].currentLayer {
+                    if consumers[c].currentLayer >= 0 { consumers[c].layerSwitches &+= 1 }
+                    consumers[c].currentLayer = layer
+                    consumers[c].rewriter.resync()
+                    consumers[c].pictureIds.resync()
+                }
                 consumers[c].waitingForKeyFrame = false
             }
             guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
@@ -123,6 +183,7 @@ extension MediaEngine {
             out.sequenceNumber = outSeq
             out.timestamp = outTs
             out.remapExtensionIds(consumers[c].parameters.extensionIds)
+            if consumers[c].rewritesPictureIds { consumers[c].pictureIds.rewrite(out.payload) }
             consumers[c].packetsSent &+= 1
             consumers[c].bytesSent &+= UInt64(length)
             consumers[c].octetsSent &+= UInt64(out.payloadLength)
@@ -137,7 +198,7 @@ extension MediaEngine {
     /// per round-trip time for the same consumer and packet.
     func resend(consumer c: Int, sequence: UInt16, now: Nanoseconds) {
         let pid = consumers[c].parameters.producer
-        guard isActive(pid), let store = producers[Int(pid.slot)].retransmissions,
+        guard isActive(pid), let store = producers[currentSlot(c)].retransmissions,
               let original = consumers[c].rewriter.original(of: sequence),
               let stored = store.packet(original, now: now), let storedBase = stored.baseAddress
         else { retransmissionMisses &+= 1; return }
@@ -187,6 +248,14 @@ extension MediaEngine {
         }
         view.timestamp = timestamp
         view.remapExtensionIds(consumers[c].parameters.extensionIds)
+        if consumers[c].rewritesPictureIds {
+            // RTX carries the original sequence number before the payload.
+            let payload = view.payload
+            let skip = rtxSsrc != nil && rtxPayloadType != nil ? 2 : 0
+            if payload.count > skip, let start = payload.baseAddress {
+                consumers[c].pictureIds.translate(UnsafeMutableRawBufferPointer(start: start + skip, count: payload.count - skip))
+            }
+        }
         resentSequences[mark] = sequence
         resentAt[mark] = now
         consumers[c].packetsRetransmitted &+= 1

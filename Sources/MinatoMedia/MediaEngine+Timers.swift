@@ -61,6 +61,11 @@ extension MediaEngine {
                 if n > 0 { enqueue(transport: transport, length: n, isRtcp: true) }
             }
             reportDeadline = reported ? now &+ Self.reportInterval : .max
+            // Simulcast consumers follow the layers the publisher sends (one that went silent is
+            // left, one that appeared is taken when the preference allows).
+            for c in consumers.indices where consumers[c].active && consumers[c].layerSlots.count > 1 {
+                retarget(c, now: now)
+            }
         }
     }
 }

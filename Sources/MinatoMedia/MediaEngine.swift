@@ -32,6 +32,9 @@ public final class MediaEngine {
         /// Outgoing streams whose consumer ended, by SSRC (at most `endedStreamsKept`, newest
         /// last): a later consumer with the same SSRC on this transport continues their numbering.
         var endedStreams = ContiguousArray<EndedStream>()
+        /// Simulcast layers (producer slots) whose SSRC (`repaired`: RTX SSRC) is not known yet:
+        /// the first authenticated packet with their RID binds it (`bindByRid`).
+        var unboundRids = ContiguousArray<(producer: Int32, repaired: Bool)>()
     }
 
     /// Where an ended consumer's outgoing stream stopped (`TransportEntry.endedStreams`).
@@ -64,6 +67,16 @@ public final class MediaEngine {
         var nack: NackGenerator?
         var nacksSent: UInt64 = 0
         var packetsRecovered: UInt64 = 0
+        /// Simulcast: this slot's layer (0 = lowest) and the slot of the group's lowest layer,
+        /// which holds `layerSlots` (every layer's slot, lowest first) and whose id is the
+        /// producer's public id. Without simulcast: layer 0, its own slot, `[slot]`.
+        var layer = 0
+        var group: Int32 = 0
+        var layerSlots = ContiguousArray<Int32>()
+        /// Simulcast: the layer's RID bytes (matched against the RID header extension).
+        var rid = ContiguousArray<UInt8>()
+        /// When the last packet arrived (0: never): a layer silent for `layerIdleTime` is not chosen.
+        var lastPacketAt: Nanoseconds = 0
     }
 
     struct Consumer {
@@ -90,7 +103,22 @@ public final class MediaEngine {
         var lastSenderReportAt: Nanoseconds = 0
         /// The subscriber's last report block about this consumer.
         var report: ReportBlock?
+        /// The producer's layer slots, lowest first (one entry without simulcast), the layer
+        /// forwarded now (-1: none yet), the one to switch to at its next keyframe, and the
+        /// highest the subscriber wants (`setPreferredLayer`; `Int.max`: no cap).
+        var layerSlots = ContiguousArray<Int32>()
+        var currentLayer = 0
+        var targetLayer = 0
+        var preferredLayer = Int.max
+        var layerSwitches: UInt64 = 0
+        /// VP8 simulcast: PictureID/TL0PICIDX kept continuous across layer switches.
+        var pictureIds = PictureIdRewriter()
+        var rewritesPictureIds = false
     }
+
+    /// A simulcast layer that received nothing for this long is not chosen for a consumer
+    /// (the publisher stopped sending it, e.g. its uplink estimate dropped).
+    static let layerIdleTime: Nanoseconds = 1_500_000_000
 
     public static let slotSize = 1600
     public static let srtpTrailerRoom = 64
@@ -210,7 +238,10 @@ public final class MediaEngine {
         guard isActive(t) else { return }
         let slot = Int(t.slot)
         for c in transports[slot].consumers { removeConsumer(consumerId(Int(c))) }
-        for (_, p) in transports[slot].receiveSsrcs where p >= 0 { removeProducer(producerId(Int(p))) }
+        for p in producers.indices where producers[p].active && producers[p].parameters.transport == t
+            && producers[p].group == Int32(truncatingIfNeeded: p) {
+            removeProducer(producerId(p))
+        }
         var entry = TransportEntry()
         entry.generation = transports[slot].generation &+ 1
         transports[slot] = entry
@@ -221,11 +252,46 @@ public final class MediaEngine {
         let t = parameters.transport
         guard isActive(t) else { throw .unknownTransport(t) }
         let ts = Int(t.slot)
+        if !parameters.rids.isEmpty { return try addSimulcastProducer(parameters) }
         for entry in transports[ts].receiveSsrcs
         where entry.ssrc == parameters.ssrc || (parameters.rtxSsrc != nil && entry.ssrc == parameters.rtxSsrc) {
             throw .ssrcInUse(entry.ssrc)
         }
         if let rtx = parameters.rtxSsrc, rtx == parameters.ssrc { throw .ssrcInUse(rtx) }
+        let id = addProducerSlot(parameters)
+        transports[ts].receiveSsrcs.append((parameters.ssrc, id))
+        if let rtx = parameters.rtxSsrc { transports[ts].receiveSsrcs.append((rtx, -1 - id)) }
+        producers[Int(id)].group = id
+        producers[Int(id)].layerSlots = [id]
+        return producerId(Int(id))
+    }
+
+    /// One slot per RID, SSRCs unbound until their first packet (`bindByRid`); the lowest
+    /// layer's id stands for the producer.
+    private func addSimulcastProducer(_ parameters: ProducerParameters) throws(MediaError) -> ProducerId {
+        let ts = Int(parameters.transport.slot)
+        guard parameters.kind == .video, parameters.ridExtensionId != 0 else { throw .simulcastUnsupported }
+        var layer = parameters
+        layer.ssrc = 0
+        layer.rtxSsrc = nil
+        var slots = ContiguousArray<Int32>()
+        for _ in parameters.rids { slots.append(addProducerSlot(layer)) }
+        for (i, slot) in slots.enumerated() {
+            producers[Int(slot)].layer = i
+            producers[Int(slot)].group = slots[0]
+            producers[Int(slot)].rid = ContiguousArray(parameters.rids[i].utf8)
+            transports[ts].unboundRids.append((slot, false))
+            if parameters.rtxPayloadType != nil, parameters.repairedRidExtensionId != 0 {
+                transports[ts].unboundRids.append((slot, true))
+            }
+        }
+        producers[Int(slots[0])].layerSlots = slots
+        // Binding appends on the packet path: the room is made here.
+        transports[ts].receiveSsrcs.reserveCapacity(transports[ts].receiveSsrcs.count + 2 * slots.count)
+        return producerId(Int(slots[0]))
+    }
+
+    private func addProducerSlot(_ parameters: ProducerParameters) -> Int32 {
         var producer = Producer(parameters: parameters,
                                 keyFrames: KeyFrameRequester(retryInterval: tuning.keyFrameRetryInterval))
         producer.active = true
@@ -236,34 +302,36 @@ public final class MediaEngine {
                 producer.nack = NackGenerator(maxAge: tuning.nackMaxAge, maxRetries: tuning.nackMaxRetries)
             }
         }
-        let id: Int32
         if let slot = freeProducers.popLast() {
             producer.generation = producers[Int(slot)].generation
             producers[Int(slot)] = producer
-            id = slot
-        } else {
-            producers.append(producer)
-            id = Int32(truncatingIfNeeded: producers.count - 1)
+            return slot
         }
-        transports[ts].receiveSsrcs.append((parameters.ssrc, id))
-        if let rtx = parameters.rtxSsrc { transports[ts].receiveSsrcs.append((rtx, -1 - id)) }
-        return producerId(Int(id))
+        producers.append(producer)
+        return Int32(truncatingIfNeeded: producers.count - 1)
     }
 
-    /// Removes a producer and every consumer of it.
+    /// Removes a producer (every layer) and every consumer of it.
     public func removeProducer(_ p: ProducerId) {
         guard isActive(p) else { return }
-        let slot = Int(p.slot)
-        for c in producers[slot].consumers { removeConsumer(consumerId(Int(c))) }
-        let t = producers[slot].parameters.transport
-        let raw = Int32(truncatingIfNeeded: slot)
-        if isActive(t) { transports[Int(t.slot)].receiveSsrcs.removeAll { $0.producer == raw || $0.producer == -1 - raw } }
-        producers[slot].active = false
-        producers[slot].generation &+= 1
-        producers[slot].consumers = []
-        producers[slot].retransmissions = nil
-        producers[slot].nack = nil
-        freeProducers.append(raw)
+        let primary = Int(producers[Int(p.slot)].group)
+        let group = producers[primary].layerSlots
+        for c in producers[primary].consumers { removeConsumer(consumerId(Int(c))) }
+        for raw in group {
+            let slot = Int(raw)
+            let t = producers[slot].parameters.transport
+            if isActive(t) {
+                transports[Int(t.slot)].receiveSsrcs.removeAll { $0.producer == raw || $0.producer == -1 - raw }
+                transports[Int(t.slot)].unboundRids.removeAll { $0.producer == raw }
+            }
+            producers[slot].active = false
+            producers[slot].generation &+= 1
+            producers[slot].consumers = []
+            producers[slot].layerSlots = []
+            producers[slot].retransmissions = nil
+            producers[slot].nack = nil
+            freeProducers.append(raw)
+        }
     }
 
     public func addConsumer(_ parameters: ConsumerParameters, now: Nanoseconds) throws(MediaError) -> ConsumerId {
@@ -282,6 +350,13 @@ public final class MediaEngine {
                                        initialTimestamp: UInt32.random(in: 0...UInt32.max, using: &rng)),
             waitingForKeyFrame: pp.kind == .video)
         consumer.rtxSequence = UInt16.random(in: 0...0x7FFF, using: &rng)
+        let primary = Int(producers[Int(p.slot)].group)
+        consumer.layerSlots = producers[primary].layerSlots
+        if consumer.layerSlots.count > 1 {
+            consumer.currentLayer = -1
+            consumer.rewritesPictureIds = pp.codec == .vp8
+            consumer.preferredLayer = max(0, parameters.preferredLayer ?? Int.max)
+        }
         // The same SSRC on the same transport again (a WHEP m-section taking its publisher's next
         // publication): the subscriber sees one stream, so its numbering goes on without a jump.
         let ts = Int(parameters.transport.slot)
@@ -304,10 +379,68 @@ public final class MediaEngine {
             resentSequences.append(contentsOf: repeatElement(0, count: Self.resendSlots))
             resentAt.append(contentsOf: repeatElement(0, count: Self.resendSlots))
         }
-        producers[Int(p.slot)].consumers.append(id)
+        for layer in consumers[Int(id)].layerSlots { producers[Int(layer)].consumers.append(id) }
         transports[Int(parameters.transport.slot)].consumers.append(id)
-        if pp.kind == .video { requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart) }
+        if consumers[Int(id)].layerSlots.count > 1 {
+            consumers[Int(id)].targetLayer = chooseLayer(Int(id), now: now)
+        }
+        if pp.kind == .video { requestKeyFrame(slot: targetSlot(Int(id)), now: now, cause: .consumerStart) }
         return consumerId(Int(id))
+    }
+
+    /// Caps a simulcast consumer at `layer` (0 = lowest; nil: no cap): it switches at that
+    /// layer's next keyframe (requested now) when the cap changes its choice. No-op without layers.
+    public func setPreferredLayer(_ c: ConsumerId, _ layer: Int?, now: Nanoseconds) {
+        guard isActive(c), consumers[Int(c.slot)].layerSlots.count > 1 else { return }
+        consumers[Int(c.slot)].preferredLayer = max(0, layer ?? Int.max)
+        retarget(Int(c.slot), now: now)
+    }
+
+    /// Re-chooses consumer `c`'s layer; a new target gets a keyframe request.
+    func retarget(_ c: Int, now: Nanoseconds) {
+        let target = chooseLayer(c, now: now)
+        guard target != consumers[c].targetLayer else { return }
+        consumers[c].targetLayer = target
+        if target != consumers[c].currentLayer || consumers[c].waitingForKeyFrame {
+            requestKeyFrame(slot: Int(consumers[c].layerSlots[target]), now: now, cause: .layerSwitch)
+        }
+    }
+
+    /// The layer consumer `c` should take: the highest at or below its preference that is
+    /// receiving (a packet within `layerIdleTime`); when none is, the lowest receiving one,
+    /// else the current target (nothing to choose from yet).
+    func chooseLayer(_ c: Int, now: Nanoseconds) -> Int {
+        let slots = consumers[c].layerSlots
+        func live(_ i: Int) -> Bool {
+            let at = producers[Int(slots[i])].lastPacketAt
+            return at != 0 && now &- at < Self.layerIdleTime
+        }
+        let cap = min(consumers[c].preferredLayer, slots.count - 1)
+        var i = cap
+        while i >= 0 {
+            if live(i) { return i }
+            i -= 1
+        }
+        i = cap + 1
+        while i < slots.count {
+            if live(i) { return i }
+            i += 1
+        }
+        return min(consumers[c].targetLayer, cap)
+    }
+
+    /// The producer slot of consumer `c`'s target layer.
+    @inline(__always)
+    func targetSlot(_ c: Int) -> Int {
+        let layers = consumers[c].layerSlots, t = consumers[c].targetLayer
+        return Int(layers[t >= 0 && t < layers.count ? t : 0])
+    }
+
+    /// The producer slot of the layer consumer `c` forwards now (its target before the first).
+    @inline(__always)
+    func currentSlot(_ c: Int) -> Int {
+        let layers = consumers[c].layerSlots, l = consumers[c].currentLayer
+        return l >= 0 && l < layers.count ? Int(layers[l]) : targetSlot(c)
     }
 
     public func removeConsumer(_ c: ConsumerId) {
@@ -315,7 +448,9 @@ public final class MediaEngine {
         let slot = Int(c.slot)
         let raw = Int32(truncatingIfNeeded: slot)
         let params = consumers[slot].parameters
-        if isActive(params.producer) { producers[Int(params.producer.slot)].consumers.removeAll { $0 == raw } }
+        if isActive(params.producer) {
+            for layer in consumers[slot].layerSlots { producers[Int(layer)].consumers.removeAll { $0 == raw } }
+        }
         if isActive(params.transport) {
             let ts = Int(params.transport.slot)
             transports[ts].consumers.removeAll { $0 == raw }
@@ -333,14 +468,16 @@ public final class MediaEngine {
     /// restarts every consumer's numbering continuously.
     public func setPaused(_ p: ProducerId, _ paused: Bool, now: Nanoseconds) {
         guard isActive(p), producers[Int(p.slot)].parameters.paused != paused else { return }
-        producers[Int(p.slot)].parameters.paused = paused
+        let primary = Int(producers[Int(p.slot)].group)
+        for layer in producers[primary].layerSlots { producers[Int(layer)].parameters.paused = paused }
         if !paused {
-            let isVideo = producers[Int(p.slot)].parameters.kind == .video
-            for c in producers[Int(p.slot)].consumers {
+            let isVideo = producers[primary].parameters.kind == .video
+            for c in producers[primary].consumers {
                 consumers[Int(c)].rewriter.resync()
+                consumers[Int(c)].pictureIds.resync()
                 consumers[Int(c)].waitingForKeyFrame = isVideo
+                if isVideo { requestKeyFrame(slot: targetSlot(Int(c)), now: now, cause: .consumerStart) }
             }
-            if isVideo { requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart) }
         }
     }
 
@@ -353,24 +490,42 @@ public final class MediaEngine {
             let p = consumers[Int(c)].parameters.producer
             guard isActive(p), producers[Int(p.slot)].parameters.kind == .video else { continue }
             consumers[Int(c)].rewriter.resync()
+            consumers[Int(c)].pictureIds.resync()
             consumers[Int(c)].waitingForKeyFrame = true
-            requestKeyFrame(slot: Int(p.slot), now: now, cause: .consumerStart)
+            requestKeyFrame(slot: targetSlot(Int(c)), now: now, cause: .consumerStart)
         }
     }
 
     /// Asks the producer's sender for a keyframe (throttled per producer, retried until one arrives).
+    /// Asks the producer's sender for a keyframe (every layer of a simulcast producer).
     public func requestKeyFrame(_ p: ProducerId, now: Nanoseconds, cause: KeyFrameCause = .control) {
         guard isActive(p) else { return }
-        requestKeyFrame(slot: Int(p.slot), now: now, cause: cause)
+        for layer in producers[Int(producers[Int(p.slot)].group)].layerSlots {
+            requestKeyFrame(slot: Int(layer), now: now, cause: cause)
+        }
     }
 
     public func producerStats(_ p: ProducerId) -> ProducerStats? {
         guard isActive(p) else { return nil }
-        let pr = producers[Int(p.slot)]
-        return ProducerStats(packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes,
-                             keyFrameRequests: pr.keyFrameRequests, nacksSent: pr.nacksSent,
-                             packetsRecovered: pr.packetsRecovered, packetsLost: pr.stream.cumulativeLost,
-                             jitter: pr.stream.jitter)
+        let group = producers[Int(producers[Int(p.slot)].group)].layerSlots
+        var stats = ProducerStats(packetsReceived: 0, bytesReceived: 0, keyFrameRequests: 0)
+        for raw in group {
+            let pr = producers[Int(raw)]
+            stats.packetsReceived &+= pr.stream.packets
+            stats.bytesReceived &+= pr.stream.bytes
+            stats.keyFrameRequests &+= pr.keyFrameRequests
+            stats.nacksSent &+= pr.nacksSent
+            stats.packetsRecovered &+= pr.packetsRecovered
+            stats.packetsLost &+= pr.stream.cumulativeLost
+            stats.jitter = pr.stream.jitter
+            if !pr.rid.isEmpty {
+                let bound = pr.parameters.ssrc != 0 || pr.stream.packets > 0
+                stats.layers.append(LayerStats(rid: String(decoding: pr.rid, as: UTF8.self),
+                                               ssrc: bound ? pr.parameters.ssrc : nil,
+                                               packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes))
+            }
+        }
+        return stats
     }
     public func consumerStats(_ c: ConsumerId) -> ConsumerStats? {
         guard isActive(c) else { return nil }
@@ -384,6 +539,11 @@ public final class MediaEngine {
         }
         let t = co.parameters.transport
         if isActive(t), transports[Int(t.slot)].roundTripTime != 0 { stats.roundTripTime = transports[Int(t.slot)].roundTripTime }
+        if co.layerSlots.count > 1 {
+            stats.layer = co.currentLayer >= 0 && !co.waitingForKeyFrame ? co.currentLayer : nil
+            stats.targetLayer = co.targetLayer
+            stats.layerSwitches = co.layerSwitches
+        }
         return stats
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }
@@ -396,6 +556,18 @@ public final class MediaEngine {
         guard isActive(t) else { return false }
         for entry in transports[Int(t.slot)].receiveSsrcs where entry.ssrc == ssrc { return true }
         return false
+    }
+
+    /// `expectsSsrc`, or an unknown SSRC whose packet names a simulcast layer (RID) still
+    /// unbound on `t` — read from the header before `srtp_unprotect` (SRTP leaves the header
+    /// extensions in clear); the binding itself waits for the authenticated packet
+    /// (`handleRtp`). So libsrtp sees a new SSRC at most once per announced layer, not per
+    /// packet a peer makes up. Allocation-free.
+    @inline(__always)
+    public func expectsPacket(_ ssrc: UInt32, _ packet: UnsafeMutableRawBufferPointer, on t: TransportIndex) -> Bool {
+        if expectsSsrc(ssrc, on: t) { return true }
+        guard !transports[Int(t.slot)].unboundRids.isEmpty, let view = RtpPacketView(packet) else { return false }
+        return unboundLayer(named: view, on: Int(t.slot)) != nil
     }
     public var activeProducerCount: Int { producers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
     public var activeConsumerCount: Int { consumers.reduce(0) { $0 + ($1.active ? 1 : 0) } }

@@ -185,6 +185,19 @@ final class RoomPublication {
     let maxSubscribers: Int
     let encodings: [JSONValue]
     var producer: ProducerId?
+    /// Simulcast: the layers' RIDs (encoding ids), lowest first; empty without simulcast.
+    var layers: [String] = []
+
+    /// The layer a subscriber preferring encoding `id` is capped at: the highest layer listed
+    /// at or before `id` in `encodings` (the lowest when none is); nil without simulcast or
+    /// without a preference.
+    func layerCap(preferredEncodingId id: String?) -> Int? {
+        guard layers.count > 1, let id else { return nil }
+        let order = encodings.compactMap { $0["id"]?.stringValue }
+        guard let limit = order.firstIndex(of: id) else { return nil }
+        let allowed = Set(order[...limit])
+        return layers.lastIndex { allowed.contains($0) } ?? 0
+    }
 
     init(id: String, publisherId: String, contentType: String, metadata: String, enabled: Bool,
          stream: PublishedStream, maxSubscribers: Int, encodings: [JSONValue]) {

@@ -127,7 +127,8 @@ extension RoomService {
     /// Packets and bytes in (from publishers) and out (to subscribers) of the room's streams,
     /// and per stream what loss recovery did: each publication's loss, jitter, NACKs sent and
     /// packets recovered; each subscription's NACKs, resent packets and the subscriber's own
-    /// report (fraction lost, cumulative loss, jitter) with the round-trip time.
+    /// report (fraction lost, cumulative loss, jitter) with the round-trip time; simulcast:
+    /// each publication's layers and each subscription's current and target layer.
     public func adminRoomStats(_ roomId: String) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
         let producers = room.publications.compactMap { p in p.producer.map { (p.id, $0) } }
@@ -145,7 +146,13 @@ extension RoomService {
             ["publicationId": .string(id), "packetsReceived": .int(Int(clamping: s.packetsReceived)),
              "packetsLost": .int(Int(clamping: s.packetsLost)), "jitter": .int(Int(s.jitter)),
              "nacksSent": .int(Int(clamping: s.nacksSent)), "packetsRecovered": .int(Int(clamping: s.packetsRecovered)),
-             "keyFrameRequests": .int(Int(clamping: s.keyFrameRequests))]
+             "keyFrameRequests": .int(Int(clamping: s.keyFrameRequests)),
+             "layers": .array(s.layers.map { l in
+                 var o: [String: JSONValue] = ["rid": .string(l.rid), "packetsReceived": .int(Int(clamping: l.packetsReceived)),
+                                               "bytesReceived": .int(Int(clamping: l.bytesReceived))]
+                 if let ssrc = l.ssrc { o["ssrc"] = .int(Int(ssrc)) }
+                 return .object(o)
+             })]
         }
         let subscriptions: [JSONValue] = cs.map { id, s in
             var o: [String: JSONValue] = [
@@ -155,6 +162,12 @@ extension RoomService {
                 "fractionLost": .double(Double(s.fractionLost) / 256), "packetsLost": .int(Int(s.packetsLost)),
                 "jitter": .int(Int(s.jitter))]
             if let rtt = s.roundTripTime { o["roundTripTimeMs"] = .double(Double(rtt) / 1_000_000) }
+            // Simulcast: the layer forwarded (null before its first keyframe) and the one chosen.
+            if let target = s.targetLayer {
+                o["layer"] = s.layer.map { .int($0) } ?? .null
+                o["targetLayer"] = .int(target)
+                o["layerSwitches"] = .int(Int(clamping: s.layerSwitches))
+            }
             return .object(o)
         }
         return ["roomId": .string(room.id), "members": .int(room.members.count),

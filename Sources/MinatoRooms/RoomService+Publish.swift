@@ -38,6 +38,7 @@ extension RoomService {
             throw RoomError.limitExceeded("A member may have at most \(configuration.maxPublicationsPerMember) publications (rooms.maxPublicationsPerMember).")
         }
         let stream = try SdpNegotiation.publishedStream(m)
+        let layers = try Self.simulcastLayers(rids: stream.rids, encodings: encodings, max: configuration.maxEncodings)
         let (local, answer) = try await answerSendOffer(sd, of: member, in: room)
         let tid = local.id
         let kind: MediaKind = contentType == "audio" ? .audio : .video
@@ -47,21 +48,43 @@ extension RoomService {
                                    payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
                                    codec: stream.codec.videoCodec, keyFrameRequest: stream.codec.keyFrameRequest,
                                    paused: !r.isEnabled, rtxPayloadType: stream.rtxPayloadType,
-                                   redPayloadType: stream.redPayloadType, nack: stream.nack)
+                                   redPayloadType: stream.redPayloadType, nack: stream.nack,
+                                   rids: layers, ridExtensionId: stream.ridExtensionId,
+                                   repairedRidExtensionId: stream.repairedRidExtensionId)
             }
         }
         guard !member.removed, rooms.contains(where: { $0 === room }) else {
             workers[room.worker].post { $0.removeProducer(producer) }
             throw RoomError.memberNotFound(member.id)
         }
+        // Simulcast without `encodings`: the layers are the publication's encodings, so
+        // subscribers can name them (`preferredEncodingId`).
+        let listed = encodings.isEmpty ? layers.map { Encoding(id: $0) } : encodings
         let pub = RoomPublication(id: UUID().uuidString.lowercased(), publisherId: member.id, contentType: contentType,
                                   metadata: metadata, enabled: r.isEnabled, stream: stream, maxSubscribers: maxSubscribers,
-                                  encodings: encodings.map(\.json))
+                                  encodings: listed.map(\.json))
+        pub.layers = layers
         pub.producer = producer
         room.publications.append(pub)
         emit(room, "streamPublished", ["publication": pub.json])
         await followPublication(pub, in: room)
         return PublishResult(publication: pub.json, answer: .init(type: "answer", sdp: answer))
+    }
+
+    /// A simulcast publication's layers, lowest first: the offer's RIDs in the order of the
+    /// request's `encodings` (SkyWay lists them low to high), or in the offer's order without
+    /// `encodings`. Every RID must be an encoding id then; at most `rooms.maxEncodings` layers.
+    static func simulcastLayers(rids: [String], encodings: [Encoding], max: Int) throws(RoomError) -> [String] {
+        guard !rids.isEmpty else { return [] }
+        guard rids.count <= max else {
+            throw .limitExceeded("The offer sends \(rids.count) simulcast layers; at most \(max) are allowed (rooms.maxEncodings).")
+        }
+        guard !encodings.isEmpty else { return rids }
+        let ids = encodings.map(\.id)
+        for rid in rids where !ids.contains(rid) {
+            throw .invalidParameter("The offer's simulcast RID '\(rid)' is not one of \"encodings\" ids (\(ids.joined(separator: ", "))).")
+        }
+        return ids.filter { rids.contains($0) }
     }
 
     /// Renegotiates the send connection without publishing (after an unpublish, say).

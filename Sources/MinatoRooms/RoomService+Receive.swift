@@ -74,8 +74,13 @@ extension RoomService {
 
     public func changePreferredEncoding(subscriptionId sid: String, preferredEncodingId: String, from channel: ClientChannel) throws {
         let (room, _, sub) = try ownSubscription(sid, channel: channel)
-        try Validate.preferredEncoding(preferredEncodingId, of: room.publication(sub.publicationId))
+        let pub = room.publication(sub.publicationId)
+        try Validate.preferredEncoding(preferredEncodingId, of: pub)
         sub.preferredEncodingId = preferredEncodingId
+        if let pub, let consumer = sub.consumer, pub.layers.count > 1 {
+            let cap = pub.layerCap(preferredEncodingId: preferredEncodingId)
+            workers[room.worker].post { $0.setPreferredLayer(consumer, cap) }
+        }
     }
 
     /// The client's answer to the outstanding server offer: the streams it accepted start
@@ -109,10 +114,11 @@ extension RoomService {
             let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
             let formats = slot.acceptedFormats(in: sd)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
+            let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
             let consumer = try await onWorker(room) { core in
                 try core.addConsumer(on: tid) { index in
                     ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
-                                       rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt)
+                                       rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt, preferredLayer: cap)
                 }
             }
             if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }

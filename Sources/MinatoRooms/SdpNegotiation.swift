@@ -38,6 +38,12 @@ struct PublishedStream: Sendable {
     var nack: Bool
     /// Publisher extension id -> Minato's subscriber id (for the engine's remap table).
     var extensionIds: [(publisher: UInt8, subscriber: UInt8)]
+    /// Simulcast: the layers' RIDs in the offer's `a=simulcast` order (then `ssrc` and
+    /// `rtxSsrc` are 0/nil: learned from the RID header extension), and the publisher's ids
+    /// of the RID and repaired-RID extensions (0: not offered). Empty: one stream.
+    var rids: [String] = []
+    var ridExtensionId: UInt8 = 0
+    var repairedRidExtensionId: UInt8 = 0
 }
 
 /// The room layer's SDP entry points: parse, read the peer's transport, answer a publisher,
@@ -93,20 +99,39 @@ enum SdpNegotiation {
         guard let codec = chooseCodec(m) else {
             throw .invalidParameter("m-line '\(mid)' offers no codec Minato forwards (audio: opus; video: VP8, VP9, H264 packetization-mode=1, AV1).")
         }
-        let fid = m.ssrcGroups.first { $0.semantics == "FID" }
-        let all = m.ssrcs.map(\.ssrc)
-        guard let primary = fid?.ssrcs.first ?? all.first else {
-            throw .invalidParameter("m-line '\(mid)' has no a=ssrc line; Minato needs the publisher's SSRC in its offer.")
-        }
         var ids: [(UInt8, UInt8)] = []
         for e in m.extMaps {
             if let sub = RtpHeaderExtension(uri: e.uri)?.receiverId { ids.append((e.id, sub)) }
         }
+        let rtx = SfuSdp.acceptedRtx(m, for: codec.codec), red = SfuSdp.acceptedRed(m, for: codec.codec)
+        let nack = SfuSdp.sendsNack(for: codec.codec)
+        switch SfuSdp.simulcastRids(m) {
+        case .invalid(let why)?:
+            throw .invalidParameter("m-line '\(mid)' has a simulcast line Minato cannot take: \(why).")
+        case .layers(let rids)?:
+            guard m.kind == "video" else { throw .invalidParameter("m-line '\(mid)': simulcast is for video only.") }
+            func extId(_ e: RtpHeaderExtension) -> UInt8 { m.extMaps.first { $0.uri == e.uri }?.id ?? 0 }
+            let ridId = extId(.rtpStreamId)
+            guard ridId != 0 else {
+                throw .invalidParameter("m-line '\(mid)' sends simulcast without the \(RtpHeaderExtension.rtpStreamId.uri) header extension, which names each layer's SSRC.")
+            }
+            var stream = PublishedStream(mid: mid, kind: m.kind, codec: codec, ssrc: 0, rtxSsrc: nil, rtxPayloadType: rtx,
+                                         redPayloadType: red, nack: nack, extensionIds: ids)
+            stream.rids = rids
+            stream.ridExtensionId = ridId
+            stream.repairedRidExtensionId = extId(.repairedRtpStreamId)
+            return stream
+        case nil:
+            break
+        }
+        let fid = m.ssrcGroups.first { $0.semantics == "FID" }
+        let all = m.ssrcs.map(\.ssrc)
+        guard let primary = fid?.ssrcs.first ?? all.first else {
+            throw .invalidParameter("m-line '\(mid)' has no a=ssrc line (nor a=simulcast with RIDs); Minato needs the publisher's SSRC in its offer.")
+        }
         return PublishedStream(mid: mid, kind: m.kind, codec: codec, ssrc: primary,
                                rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil },
-                               rtxPayloadType: SfuSdp.acceptedRtx(m, for: codec.codec),
-                               redPayloadType: SfuSdp.acceptedRed(m, for: codec.codec),
-                               nack: SfuSdp.sendsNack(for: codec.codec), extensionIds: ids)
+                               rtxPayloadType: rtx, redPayloadType: red, nack: nack, extensionIds: ids)
     }
 
     static func localTransport(_ local: TransportDescription) -> SdpLocalTransport {

@@ -263,6 +263,8 @@ public final class WorkerCore {
     public func removeConsumer(_ c: ConsumerId) { engine.removeConsumer(c) }
     public func setPaused(_ p: ProducerId, _ paused: Bool) { engine.setPaused(p, paused, now: monotonicNow()); flush() }
     public func requestKeyFrame(_ p: ProducerId) { engine.requestKeyFrame(p, now: monotonicNow()); flush() }
+    /// Caps a simulcast consumer at `layer` (0 = lowest; nil: no cap).
+    public func setPreferredLayer(_ c: ConsumerId, _ layer: Int?) { engine.setPreferredLayer(c, layer, now: monotonicNow()); flush() }
     public func producerStats(_ p: ProducerId) -> ProducerStats? { engine.producerStats(p) }
     public func consumerStats(_ c: ConsumerId) -> ConsumerStats? { engine.consumerStats(c) }
 

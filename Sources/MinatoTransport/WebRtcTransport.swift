@@ -172,10 +172,11 @@ final class WebRtcTransport {
         case .rtp:
             guard let srtp, let base = datagram.baseAddress else { return .dropped(.noSrtpSession) }
             // The SSRC is in the clear header: a stream this transport does not expect is dropped
-            // before libsrtp, which would otherwise set up state for every new SSRC it sees.
+            // before libsrtp, which would otherwise set up state for every new SSRC it sees
+            // (a new simulcast layer is expected by the RID in its clear header extension).
             guard datagram.count >= RtpPacketView.fixedHeaderLength else { return .dropped(.malformedRtp) }
             let ssrc = UnsafeRawBufferPointer(datagram).loadUnaligned(fromByteOffset: 8, as: UInt32.self).bigEndian
-            guard engine.expectsSsrc(ssrc, on: index) else { return .dropped(.unknownSsrc) }
+            guard engine.expectsPacket(ssrc, datagram, on: index) else { return .dropped(.unknownSsrc) }
             guard let n = srtp.unprotectRtp(base, length: datagram.count) else { return .dropped(.srtpUnprotectFailed) }
             lastMediaAt = now
             return .rtp(UnsafeMutableRawBufferPointer(start: base, count: n))

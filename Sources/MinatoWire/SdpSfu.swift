@@ -5,6 +5,9 @@
 /// RTP header extensions (RFC 8285) Minato forwards, with the ids it uses in its own offers.
 public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
     case audioLevel, absSendTime, videoOrientation, timeOffset, mid
+    /// RFC 8852: the RID of a simulcast layer (`rtpStreamId`) and the RID an RTX stream
+    /// repairs (`repairedRtpStreamId`); the SFU learns a layer's SSRCs from them.
+    case rtpStreamId, repairedRtpStreamId
 
     public var uri: String {
         switch self {
@@ -13,6 +16,8 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
         case .videoOrientation: return "urn:3gpp:video-orientation"
         case .timeOffset: return "urn:ietf:params:rtp-hdrext:toffset"
         case .mid: return "urn:ietf:params:rtp-hdrext:sdes:mid"
+        case .rtpStreamId: return "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id"
+        case .repairedRtpStreamId: return "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id"
         }
     }
 
@@ -21,15 +26,15 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
         self = e
     }
 
-    /// The id in Minato's offers to receivers; nil = not forwarded (the MID belongs to each
-    /// connection).
+    /// The id in Minato's offers to receivers; nil = not forwarded (the MID and RIDs belong to
+    /// each connection).
     public var receiverId: UInt8? {
         switch self {
         case .audioLevel: return 1
         case .absSendTime: return 2
         case .videoOrientation: return 3
         case .timeOffset: return 4
-        case .mid: return nil
+        case .mid, .rtpStreamId, .repairedRtpStreamId: return nil
         }
     }
 
@@ -37,7 +42,7 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
     public func applies(to kind: String) -> Bool {
         switch self {
         case .audioLevel: return kind == "audio"
-        case .videoOrientation, .timeOffset: return kind == "video"
+        case .videoOrientation, .timeOffset, .rtpStreamId, .repairedRtpStreamId: return kind == "video"
         case .absSendTime, .mid: return true
         }
     }
@@ -81,6 +86,51 @@ public enum SfuSdp {
         codec.codec.kind == "video" && codec.feedback.contains("nack")
     }
 
+    /// The most simulcast layers `simulcastRids` accepts in one m-section.
+    public static let maxSimulcastLayers = 16
+
+    /// The RIDs a sender's m-section sends as simulcast (RFC 8853), in its `a=simulcast:send`
+    /// order: each stream's first alternative (a paused `~` one included), each also declared
+    /// with `a=rid:<id> send`. A RID is 1...16 characters of `[A-Za-z0-9_-]` (what fits one
+    /// RFC 8285 one-byte element). nil: no simulcast (no `a=simulcast`, or nothing to send);
+    /// `invalid`: a simulcast line Minato cannot take (a bad or undeclared RID, a RID twice,
+    /// more than `maxSimulcastLayers`).
+    public static func simulcastRids(_ m: MediaDescription) -> SimulcastLayers? {
+        guard let value = m.simulcast else { return nil }
+        let fields = Substring(value).sdpFields
+        guard let sendAt = fields.firstIndex(of: "send") else { return nil }
+        guard sendAt + 1 < fields.count else { return .invalid("a=simulcast:send lists no stream") }
+        let declared = Set(m.rids.filter { $0.direction == "send" }.map(\.id))
+        var rids: [String] = []
+        for stream in fields[sendAt + 1].split(separator: ";", omittingEmptySubsequences: false) {
+            guard let first = stream.split(separator: ",", omittingEmptySubsequences: false).first else {
+                return .invalid("a=simulcast:send has an empty stream")
+            }
+            let rid = String(first.hasPrefix("~") ? first.dropFirst() : first)
+            guard isValidRid(rid) else { return .invalid("RID '\(rid.prefix(32))' must be 1...16 characters of A-Z, a-z, 0-9, '-', '_'") }
+            guard declared.contains(rid) else { return .invalid("RID '\(rid)' has no a=rid:\(rid) send line") }
+            guard !rids.contains(rid) else { return .invalid("RID '\(rid)' is listed twice") }
+            rids.append(rid)
+            guard rids.count <= maxSimulcastLayers else { return .invalid("more than \(maxSimulcastLayers) simulcast streams") }
+        }
+        return .layers(rids)
+    }
+
+    /// What `simulcastRids` found.
+    public enum SimulcastLayers: Sendable, Equatable {
+        /// The layers' RIDs in the sender's order.
+        case layers([String])
+        /// Why the simulcast line cannot be taken.
+        case invalid(String)
+    }
+
+    /// 1...16 characters of `[A-Za-z0-9_-]`.
+    public static func isValidRid(_ rid: String) -> Bool {
+        (1...16).contains(rid.utf8.count) && rid.utf8.allSatisfy {
+            ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F
+        }
+    }
+
     /// The answer to a sender's offer. Every audio/video m-section with a port and a
     /// forwardable codec is accepted with that one codec, `recvonly` if the sender sends
     /// (`inactive` otherwise), the offered header extensions Minato knows for its kind (with
@@ -116,11 +166,21 @@ public enum SfuSdp {
                 direction: sending ? .recvonly : .inactive, codec: codec,
                 // An answer may only keep feedback the offer has (RFC 4585 4.2).
                 feedback: feedback(for: codec.codec).filter { codec.feedback.contains($0) },
-                rtxPayloadType: rtx, redPayloadType: red, includesCandidates: bundle.isEmpty).media)
+                rtxPayloadType: rtx, redPayloadType: red, includesCandidates: bundle.isEmpty,
+                receivedRids: receivedRids(m, sending: sending)).media)
             bundle.append(mid)
         }
         return SessionDescription(username: username, sessionName: username, sessionId: sessionId, version: version,
                                   bundle: bundle, iceLite: local.iceLite, media: media)
+    }
+
+    /// The simulcast layers an answer receives: the sender's valid `simulcastRids` of a
+    /// sending video m-section that also offers the RID header extension (without it the
+    /// layers' SSRCs could not be learned); none otherwise.
+    static func receivedRids(_ m: MediaDescription, sending: Bool) -> [String] {
+        guard sending, m.kind == "video", case .layers(let rids)? = simulcastRids(m),
+              m.extMaps.contains(where: { $0.uri == RtpHeaderExtension.rtpStreamId.uri }) else { return [] }
+        return rids
     }
 
     /// One m-section of the SFU's offer to a receiver.

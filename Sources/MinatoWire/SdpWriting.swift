@@ -77,11 +77,16 @@ public struct RtpMediaSection: Sendable {
     public var ssrcs: [SsrcLine]
     /// Candidates and end-of-candidates go into the first m-section of a BUNDLE group only.
     public var includesCandidates: Bool
+    /// Simulcast layers received (an answer to a simulcast sender): `a=rid:<id> recv` for each
+    /// and `a=simulcast:recv <id>;<id>…` in this order. Empty: no simulcast.
+    public var receivedRids: [String]
 
     public init(kind: String, port: Int = 9, address: String = "127.0.0.1", mid: String, transport: SdpLocalTransport,
                 setup: DtlsSetup, extensions: [ExtMap] = [], direction: MediaDirection, msid: String? = nil,
                 reducedSizeRtcp: Bool = false, codec: ForwardableCodec, feedback: [String], rtxPayloadType: UInt8? = nil,
-                redPayloadType: UInt8? = nil, ssrcGroups: [SsrcGroup] = [], ssrcs: [SsrcLine] = [], includesCandidates: Bool) {
+                redPayloadType: UInt8? = nil, ssrcGroups: [SsrcGroup] = [], ssrcs: [SsrcLine] = [], includesCandidates: Bool,
+                receivedRids: [String] = []) {
+        self.receivedRids = receivedRids
         self.kind = kind
         self.port = port
         self.address = address
@@ -106,6 +111,10 @@ public struct RtpMediaSection: Sendable {
         a.append(SdpAttribute(name: "mid", value: mid))
         for e in extensions { a.append(SdpAttribute(name: "extmap", value: e.attributeValue)) }
         a.append(SdpAttribute(name: direction.rawValue))
+        if !receivedRids.isEmpty {
+            for rid in receivedRids { a.append(SdpAttribute(name: "rid", value: rid + " recv")) }
+            a.append(SdpAttribute(name: "simulcast", value: "recv " + receivedRids.joined(separator: ";")))
+        }
         if let msid { a.append(SdpAttribute(name: "msid", value: msid)) }
         a.append(SdpAttribute(name: "rtcp-mux"))
         if reducedSizeRtcp { a.append(SdpAttribute(name: "rtcp-rsize")) }

@@ -138,3 +138,32 @@ import Testing
         #expect(offer.serialize() == "v=0\r\no=minato 1 1 IN IP4 127.0.0.1\r\ns=minato\r\nt=0 0\r\na=ice-lite\r\na=msid-semantic: WMS *\r\n")
     }
 }
+
+/// Which `a=simulcast` lines the SFU takes (`SfuSdp.simulcastRids`) and what its answer says.
+@Suite struct SimulcastSdpTests {
+    static func media(_ lines: [String]) throws -> MediaDescription {
+        let sdp = (["v=0", "o=- 1 1 IN IP4 127.0.0.1", "s=-", "t=0 0", "m=video 9 UDP/TLS/RTP/SAVPF 96", "a=mid:0",
+                    "a=rtpmap:96 VP8/90000"] + lines).joined(separator: "\r\n") + "\r\n"
+        return try #require(try SessionDescription.parse(sdp).media.first)
+    }
+
+    @Test func theSendersLayersInItsOrder() throws {
+        let m = try Self.media(["a=rid:q send", "a=rid:h send", "a=rid:f send", "a=simulcast:send q;~h;f,x"])
+        #expect(SfuSdp.simulcastRids(m) == .layers(["q", "h", "f"]))
+        #expect(SfuSdp.simulcastRids(try Self.media(["a=rid:q send"])) == nil)
+        #expect(SfuSdp.simulcastRids(try Self.media(["a=rid:q recv", "a=simulcast:recv q"])) == nil)
+    }
+
+    @Test func linesItCannotTakeSayWhy() throws {
+        for lines in [["a=rid:q send", "a=simulcast:send q;z"],                // z never declared
+                      ["a=rid:q send", "a=simulcast:send q;q"],                // twice
+                      ["a=rid:q-is-far-too-long-for-one-byte send", "a=simulcast:send q-is-far-too-long-for-one-byte"],
+                      ["a=rid:q send", "a=simulcast:send"],
+                      ["a=rid:q.1 send", "a=simulcast:send q.1"]] {
+            guard case .invalid? = SfuSdp.simulcastRids(try Self.media(lines)) else {
+                Issue.record("accepted \(lines)")
+                continue
+            }
+        }
+    }
+}
