@@ -64,7 +64,10 @@ def rtcp_seeds() -> list[bytes]:
     remb = rtp.RtcpPsfbPacket(fmt=rtp.RTCP_PSFB_APP, ssrc=2, media_ssrc=0, fci=rtp.pack_remb_fci(750000, [1, 5]))
     nack = rtp.RtcpRtpfbPacket(fmt=rtp.RTCP_RTPFB_NACK, ssrc=2, media_ssrc=1, lost=[10, 12, 30, 500])
     twcc = bytes.fromhex("8fcd0005" "00000002" "00000001" "0001000a" "00001201" "20050000")
-    single = [bytes(p) for p in (sr, rr, sdes, bye, pli, fir, remb, nack)] + [twcc]
+    # TWCC with a run of large deltas, a 1-bit and a 2-bit status vector; and one with RTCP padding.
+    twcc_chunks = bytes.fromhex("8fcd0008" "00000001" "00000002" "000a0013" "00000100" "4002a000" "c400ffff" "01000506" "00000000")
+    twcc_padded = bytes.fromhex("afcd0006" "01020304" "0a0b0c0d" "fffe0003" "fffffe42" "d2000403" "e8000003")
+    single = [bytes(p) for p in (sr, rr, sdes, bye, pli, fir, remb, nack)] + [twcc, twcc_chunks, twcc_padded]
     return single + [single[0] + single[2], single[1] + single[4] + single[7], b"".join(single)]
 
 

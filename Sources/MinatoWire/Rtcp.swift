@@ -328,30 +328,6 @@ public struct Remb {
     }
 }
 
-/// Transport-wide congestion control feedback (PT 205, FMT 15;
-/// draft-holmer-rmcat-transport-wide-cc-extensions-01 §3.1). Header fields only.
-public struct TransportWideFeedback {
-    public let bytes: UnsafeRawBufferPointer
-
-    @inlinable
-    public init?(_ p: RtcpPacket) {
-        guard p.packetType == RtcpPacketType.transportFeedback, p.countOrFormat == 15,
-              p.bytes.count >= 20 else { return nil }
-        bytes = p.bytes
-    }
-
-    @inlinable public var senderSsrc: UInt32 { bytes.wireU32(4) }
-    @inlinable public var mediaSsrc: UInt32 { bytes.wireU32(8) }
-    @inlinable public var baseSequence: UInt16 { bytes.wireU16(12) }
-    @inlinable public var packetStatusCount: UInt16 { bytes.wireU16(14) }
-    /// Signed 24-bit reference time in multiples of 64 ms.
-    @inlinable public var referenceTime: Int32 {
-        let raw = bytes.wireU24(16)
-        return raw & 0x80_0000 != 0 ? Int32(bitPattern: raw | 0xFF00_0000) : Int32(raw)
-    }
-    @inlinable public var feedbackPacketCount: UInt8 { bytes[19] }
-}
-
 /// Rewrites the sender and media SSRC of an RTCP feedback packet (PT 205/206) in place, e.g.
 /// when relaying a subscriber's PLI/NACK to a publisher. Returns false when `bytes` is not a
 /// feedback packet of at least 12 bytes.

@@ -24,8 +24,14 @@ public func fuzzRtcp(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             sink &+= remb.bitrate
             for i in 0..<remb.ssrcCount { sink &+= UInt64(remb.ssrc(at: i) ?? 0) }
         }
-        if let twcc = TransportWideFeedback(p) {
-            sink &+= UInt64(twcc.baseSequence) &+ UInt64(twcc.packetStatusCount) &+ UInt64(UInt32(bitPattern: twcc.referenceTime))
+        if let twcc = TransportFeedback(p) {
+            sink &+= UInt64(twcc.baseSequence) &+ UInt64(twcc.feedbackCount) &+ UInt64(UInt32(bitPattern: twcc.referenceTime))
+            var reported = 0
+            for (sequence, arrival) in twcc {
+                sink &+= UInt64(sequence) &+ UInt64(UInt32(bitPattern: arrival.delta))
+                reported += 1
+            }
+            precondition(reported == twcc.statusCount, "TWCC iteration stopped early")
         }
     }
     return sink == 42 ? 0 : 0
