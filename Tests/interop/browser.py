@@ -148,7 +148,8 @@ HARNESS_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>SDK ha
 <body><div id="videos"></div></body></html>"""
 
 # The in-page harness: joins through the SDK, publishes fake camera + mic, subscribes to every
-# other member's publications, records events and when the first remote frame was decoded.
+# other member's publications (`maybeSubscribe(publication, options)` passes `options`, e.g.
+# `{ preferredEncodingId }`, to subscribe), records events and when the first remote frame was decoded.
 HARNESS_JS = r"""
 async () => {
   const M = await import('/sdk/minato.js');
@@ -196,11 +197,11 @@ async () => {
       if (T.autoSubscribe) for (const p of T.room.publications) T.maybeSubscribe(p);
       return T.me.id;
     },
-    async maybeSubscribe(publication) {
+    async maybeSubscribe(publication, options = {}) {
       if (!T.me || publication.publisherId === T.me.id || T.subs.has(publication.id)) return;
       T.subs.set(publication.id, null);
       try {
-        const { subscription, stream } = await T.me.subscribe(publication.id);
+        const { subscription, stream } = await T.me.subscribe(publication.id, options);
         T.subscribedAt.set(publication.id, performance.now());
         T.subs.set(publication.id, { subscription, stream, publisherId: publication.publisherId,
                                      publisherName: publication.publisher && publication.publisher.name,
