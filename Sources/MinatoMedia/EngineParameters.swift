@@ -33,6 +33,9 @@ public struct ProducerParameters: Sendable {
     /// (RFC 8852); 0: not negotiated.
     public var ridExtensionId: UInt8
     public var repairedRidExtensionId: UInt8
+    /// The publisher's header extension id of the transport-wide sequence number; nonzero:
+    /// the engine sends it transport-wide feedback for its transport (every stream on it).
+    public var transportSequenceExtensionId: UInt8 = 0
     public init(transport: TransportIndex, kind: MediaKind, ssrc: UInt32, rtxSsrc: UInt32? = nil,
                 payloadType: UInt8, clockRate: UInt32, codec: VideoCodecKind,
                 keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false,
@@ -63,6 +66,10 @@ public struct ConsumerParameters: Sendable {
     public var redPayloadType: UInt8?
     /// Simulcast: the highest layer to take (0 = lowest; nil: no cap), as `setPreferredLayer`.
     public var preferredLayer: Int?
+    /// The subscriber's header extension id of the transport-wide sequence number (after the
+    /// `extensionIds` remap); nonzero: every packet sent on the transport that carries the
+    /// element gets the transport's next number there (for the subscriber's feedback).
+    public var transportSequenceExtensionId: UInt8 = 0
     public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap,
                 rtxSsrc: UInt32? = nil, rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, preferredLayer: Int? = nil) {
         self.producer = producer; self.transport = transport; self.ssrc = ssrc
@@ -109,6 +116,11 @@ public struct ConsumerStats: Sendable {
     public var fractionLost: UInt8 = 0, packetsLost: Int32 = 0, jitter: UInt32 = 0
     /// Round-trip time of the subscriber's transport (from its receiver reports); nil unknown.
     public var roundTripTime: Nanoseconds?
+    /// The subscriber transport's bandwidth estimate (bits per second) once its receiver sent
+    /// transport-wide feedback; nil before (then layers are not limited by bandwidth).
+    public var estimate: Int?
+    /// Simulcast: the highest layer the estimate allows this consumer now (nil: no limit).
+    public var bandwidthLayer: Int?
     /// Simulcast: the layer forwarded now (nil before the first keyframe) and the one the
     /// consumer is switching to or stays on (indexes into the producer's layers, lowest 0);
     /// both nil for a producer without layers.
@@ -162,6 +174,11 @@ public struct EngineTuning: Sendable, Equatable {
     public var defaultRoundTripTime: Nanoseconds = 40_000_000
     /// A keyframe request that brought no keyframe is sent again after this long.
     public var keyFrameRetryInterval: Nanoseconds = KeyFrameRequester.defaultRetryInterval
+    /// A subscriber transport's bandwidth estimate (bits per second) before its first
+    /// feedback, and the range it stays in (config `media.bandwidth.*`).
+    public var initialSubscriberBitrate = 2_000_000
+    public var minSubscriberBitrate = 50_000
+    public var maxSubscriberBitrate = 20_000_000
 
     public init() {}
 }

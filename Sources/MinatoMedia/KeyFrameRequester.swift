@@ -21,6 +21,8 @@ public struct KeyFrameRequester: Sendable {
     /// A request went out and no keyframe arrived since.
     public private(set) var awaiting = false
     public private(set) var firSequence: UInt8 = 0
+    /// No request goes out before this time (`hold`); a request made earlier waits for it.
+    public private(set) var heldUntil: Nanoseconds = 0
 
     public init(interval: Nanoseconds = KeyFrameRequester.defaultInterval,
                 retryInterval: Nanoseconds = KeyFrameRequester.defaultRetryInterval) {
@@ -30,6 +32,10 @@ public struct KeyFrameRequester: Sendable {
 
     /// Returns true when a request should go out now.
     public mutating func request(now: Nanoseconds) -> Bool {
+        if now < heldUntil {
+            pending = true
+            return false
+        }
         if let last = lastSent, now &- last < interval {
             pending = true
             return false
@@ -49,7 +55,14 @@ public struct KeyFrameRequester: Sendable {
 
     /// Whether a remembered request or a retry is due at `now` (and if so, counts it sent).
     public mutating func poll(now: Nanoseconds) -> Due? {
-        guard let last = lastSent else { return nil }
+        guard now >= heldUntil else { return nil }
+        guard let last = lastSent else {
+            if pending {
+                sent(now)
+                return .throttled
+            }
+            return nil
+        }
         if pending, now &- last >= interval {
             sent(now)
             return .throttled
@@ -63,11 +76,16 @@ public struct KeyFrameRequester: Sendable {
 
     /// When `poll` next has work, if ever.
     public var deadline: Nanoseconds? {
-        guard let last = lastSent else { return nil }
-        if pending { return last &+ interval }
-        if awaiting { return last &+ retryInterval }
+        guard let last = lastSent else { return pending ? heldUntil : nil }
+        if pending { return max(last &+ interval, heldUntil) }
+        if awaiting { return max(last &+ retryInterval, heldUntil) }
         return nil
     }
+
+    /// Sends nothing before `time` (a request made meanwhile goes out then). For a sender
+    /// that ignores requests too close to another one it just answered: a browser's simulcast
+    /// encoder takes one keyframe request per 300 ms across all its layers.
+    public mutating func hold(until time: Nanoseconds) { heldUntil = max(heldUntil, time) }
 
     private mutating func sent(_ now: Nanoseconds) {
         lastSent = now

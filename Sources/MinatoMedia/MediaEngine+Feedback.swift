@@ -25,6 +25,14 @@ extension MediaEngine {
                 for i in 0..<fir.entryCount {
                     if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
                 }
+            } else if let feedback = TransportFeedback(p) {
+                if transports[t].estimator != nil {
+                    let changed = transports[t].estimator?.received(feedback, now: now) ?? false
+                    if changed || !transports[t].estimating {
+                        transports[t].estimating = true
+                        allocate(transport: t, now: now)
+                    }
+                }
             } else if let nack = GenericNack(p) {
                 nacksReceived &+= 1
                 answer(nack, transport: t, now: now)
@@ -159,9 +167,61 @@ extension MediaEngine {
         }
         guard n > 0 else { return }
         enqueue(transport: params.transport, length: n, isRtcp: true)
+        // The sender's other simulcast layers wait: it would ignore a request this close.
+        if !producers[p].rid.isEmpty {
+            let now = producers[p].keyFrames.lastSent ?? 0
+            for layer in producers[Int(producers[p].group)].layerSlots where Int(layer) != p {
+                producers[Int(layer)].keyFrames.hold(until: now &+ Self.simulcastKeyFrameSpacing)
+            }
+        }
         producers[p].keyFrameRequests &+= 1
         keyFrameRequestsSent &+= 1
         keyFrameRequestsByCause[cause.rawValue] &+= 1
+    }
+
+    /// Reports to transport `t`'s publisher when each transport-wide sequence number since the
+    /// last report arrived (or that it did not), in as many feedback packets as it takes.
+    /// Reference times and deltas come from the engine's clock (only differences matter).
+    func sendTransportFeedback(transport t: Int, now: Nanoseconds) {
+        guard let recorder = transports[t].feedbackRecorder, let first = recorder.next, recorder.highest >= first else { return }
+        let last = recorder.highest
+        let total = Int(min(last - first + 1, UInt64(TransportFeedbackRecorder.capacity)))
+        let mediaSsrc = transports[t].receiveSsrcs.first?.ssrc ?? 0
+        var start = 0
+        var packets = 0
+        while start < total {
+            guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; break }
+            // This packet's reference time: its first received packet's arrival, in 64 ms units.
+            var k = start
+            while k < total, recorder.arrival(first &+ UInt64(k)) == 0 { k += 1 }
+            let anchor = k < total ? recorder.arrival(first &+ UInt64(k)) : now
+            let reference = anchor / 64_000_000
+            var previousTicks = reference &* 256  // 250 µs ticks
+            var i = start
+            while i < total {
+                let at = recorder.arrival(first &+ UInt64(i))
+                if at == 0 {
+                    arrivalScratch[i - start] = .notReceived
+                } else {
+                    let ticks = at / 250_000
+                    arrivalScratch[i - start] = TransportFeedback.Arrival(delta: Int32(clamping: Int64(bitPattern: ticks &- previousTicks)))
+                    previousTicks = ticks
+                }
+                i += 1
+            }
+            let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize, count: Self.maxPacketLength)
+            let (n, covered) = RtcpWriter.transportFeedback(
+                into: slot, senderSsrc: transports[t].feedbackSsrc, mediaSsrc: mediaSsrc,
+                baseSequence: UInt16(truncatingIfNeeded: first &+ UInt64(start)),
+                referenceTime: Int32(truncatingIfNeeded: reference & 0xFF_FFFF), feedbackCount: recorder.feedbackCount &+ UInt8(truncatingIfNeeded: packets),
+                arrivals: UnsafeBufferPointer(start: arrivalScratch, count: total - start))
+            guard n > 0, covered > 0 else { break }
+            enqueue(transport: transportIndex(t), length: n, isRtcp: true)
+            transportFeedbackSent &+= 1
+            packets += 1
+            start += covered
+        }
+        transports[t].feedbackRecorder?.reported(upTo: last, packets: packets)
     }
 
     /// NACKs what producer `p`'s `NackGenerator` says is due (new gaps, retries); asks for a

@@ -22,6 +22,13 @@ extension MediaEngine {
         for entry in transports[t].receiveSsrcs where entry.ssrc == ssrc { found = entry.producer; break }
         if found == Int32.min, !transports[t].unboundRids.isEmpty { found = bindByRid(view, on: t) }
         if found == Int32.min { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
+        // Every packet of a known stream counts for the publisher's congestion control (RTX
+        // and padding probes too), whatever happens to it next.
+        if transports[t].transportSequenceId != 0,
+           let sequence = view.transportSequenceNumber(id: transports[t].transportSequenceId) {
+            transports[t].feedbackRecorder?.received(sequence, at: now)
+            if feedbackDeadline == .max { feedbackDeadline = now &+ Self.feedbackInterval }
+        }
         if found >= 0 {
             receive(producer: Int(found), view, now: now, repaired: false)
             return
@@ -184,6 +191,7 @@ extension MediaEngine {
             out.timestamp = outTs
             out.remapExtensionIds(consumers[c].parameters.extensionIds)
             if consumers[c].rewritesPictureIds { consumers[c].pictureIds.rewrite(out.payload) }
+            stampTransportSequence(out, consumer: c, length: length, now: now)
             consumers[c].packetsSent &+= 1
             consumers[c].bytesSent &+= UInt64(length)
             consumers[c].octetsSent &+= UInt64(out.payloadLength)
@@ -256,6 +264,7 @@ extension MediaEngine {
                 consumers[c].pictureIds.translate(UnsafeMutableRawBufferPointer(start: start + skip, count: payload.count - skip))
             }
         }
+        stampTransportSequence(view, consumer: c, length: length, now: now)
         resentSequences[mark] = sequence
         resentAt[mark] = now
         consumers[c].packetsRetransmitted &+= 1
@@ -263,6 +272,20 @@ extension MediaEngine {
         enqueue(transport: transport, length: length, isRtcp: false)
         rtpPacketsQueued &+= 1
         rtpBytesQueued &+= UInt64(length)
+    }
+
+    /// Numbers a packet for consumer `c`'s transport (transport-wide congestion control): one
+    /// sequence for everything sent on it, whatever the stream.
+    @inline(__always)
+    func stampTransportSequence(_ out: RtpPacketView, consumer c: Int, length: Int, now: Nanoseconds) {
+        let id = consumers[c].parameters.transportSequenceExtensionId
+        guard id != 0 else { return }
+        let t = Int(consumers[c].parameters.transport.slot)
+        let sequence = transports[t].sendSequence
+        if out.setTransportSequenceNumber(sequence, id: id) {
+            transports[t].sendSequence &+= 1
+            transports[t].estimator?.sent(sequence, bytes: length, at: now)
+        }
     }
 
     /// The transport's measured round-trip time, else its paired transport's (the same client's

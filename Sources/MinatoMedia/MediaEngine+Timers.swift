@@ -5,7 +5,7 @@ extension MediaEngine {
     /// When `handleTimeout` next has work; nil when nothing is pending (an idle engine, or
     /// producers that are silent, owe no keyframe request and miss no packet). O(1).
     public var nextDeadline: Nanoseconds? {
-        let soonest = min(keyFrameDeadline, reportDeadline, nackDeadline)
+        let soonest = min(keyFrameDeadline, reportDeadline, nackDeadline, feedbackDeadline, probeDeadline)
         return soonest == .max ? nil : soonest
     }
 
@@ -42,6 +42,15 @@ extension MediaEngine {
                 sendNack(producer: p, now: now)
             }
         }
+        if now >= probeDeadline { sendProbePadding(now: now) }
+        if now >= feedbackDeadline {
+            var pending = false
+            for t in transports.indices where transports[t].active && transports[t].feedbackRecorder?.hasPending == true {
+                sendTransportFeedback(transport: t, now: now)
+                pending = true
+            }
+            feedbackDeadline = pending ? now &+ Self.feedbackInterval : .max
+        }
         if now >= reportDeadline {
             // Report the streams heard from since the last reports (RFC 3550 6.4.2); while any
             // was, report again in an interval, else wait for the next RTP packet.
@@ -63,6 +72,19 @@ extension MediaEngine {
             reportDeadline = reported ? now &+ Self.reportInterval : .max
             // Simulcast consumers follow the layers the publisher sends (one that went silent is
             // left, one that appeared is taken when the preference allows).
+            for p in producers.indices where producers[p].active {
+                let elapsed = now &- producers[p].rateAt
+                if producers[p].rateAt != 0, elapsed > 0 {
+                    let bits = (producers[p].stream.bytes &- producers[p].bytesAtRate) &* 8
+                    producers[p].bitrate = Int(clamping: bits &* 1_000_000_000 / elapsed)
+                }
+                producers[p].rateAt = now
+                producers[p].bytesAtRate = producers[p].stream.bytes
+            }
+            for t in transports.indices where transports[t].active && transports[t].estimating {
+                transports[t].estimator?.expireProbe(now: now)
+                allocate(transport: t, now: now)
+            }
             for c in consumers.indices where consumers[c].active && consumers[c].layerSlots.count > 1 {
                 retarget(c, now: now)
             }

@@ -35,6 +35,20 @@ public final class MediaEngine {
         /// Simulcast layers (producer slots) whose SSRC (`repaired`: RTX SSRC) is not known yet:
         /// the first authenticated packet with their RID binds it (`bindByRid`).
         var unboundRids = ContiguousArray<(producer: Int32, repaired: Bool)>()
+        /// A publisher transport with transport-wide sequence numbers (their header extension
+        /// id, 0: none): when each arrived, reported every `feedbackInterval`.
+        var transportSequenceId: UInt8 = 0
+        var feedbackRecorder: TransportFeedbackRecorder?
+        /// A subscriber transport: the next transport-wide sequence number to send, its
+        /// bandwidth estimate (once a consumer numbers packets), whether feedback came yet,
+        /// and the consumer whose RTX stream carries probe padding (-1: none).
+        var sendSequence: UInt16 = 0
+        var estimator: SendSideEstimator?
+        var estimating = false
+        var probeConsumer: Int32 = -1
+        /// Probe padding owed, in bytes (fractions carried to the next slice).
+        var probeCredit = 0
+        var probeSliceAt: Nanoseconds = 0
     }
 
     /// Where an ended consumer's outgoing stream stopped (`TransportEntry.endedStreams`).
@@ -77,6 +91,10 @@ public final class MediaEngine {
         var rid = ContiguousArray<UInt8>()
         /// When the last packet arrived (0: never): a layer silent for `layerIdleTime` is not chosen.
         var lastPacketAt: Nanoseconds = 0
+        /// The bitrate received over the last report interval (bits per second).
+        var bitrate = 0
+        var bytesAtRate: UInt64 = 0
+        var rateAt: Nanoseconds = 0
     }
 
     struct Consumer {
@@ -110,6 +128,8 @@ public final class MediaEngine {
         var currentLayer = 0
         var targetLayer = 0
         var preferredLayer = Int.max
+        /// The highest layer the transport's bandwidth estimate allows (`allocate`).
+        var bandwidthLayer = Int.max
         var layerSwitches: UInt64 = 0
         /// VP8 simulcast: PictureID/TL0PICIDX kept continuous across layer switches.
         var pictureIds = PictureIdRewriter()
@@ -119,6 +139,9 @@ public final class MediaEngine {
     /// A simulcast layer that received nothing for this long is not chosen for a consumer
     /// (the publisher stopped sending it, e.g. its uplink estimate dropped).
     static let layerIdleTime: Nanoseconds = 1_500_000_000
+    /// Keyframe requests to different layers of one simulcast producer are at least this far
+    /// apart (Chromium drops a request within 300 ms of the last one it answered, any layer).
+    static let simulcastKeyFrameSpacing: Nanoseconds = 350_000_000
 
     public static let slotSize = 1600
     public static let srtpTrailerRoom = 64
@@ -178,6 +201,8 @@ public final class MediaEngine {
     /// Packets a publisher resent as RTX that filled a gap, and missing packets that arrived later at all.
     public internal(set) var rtxRecovered: UInt64 = 0
     public internal(set) var packetsRecovered: UInt64 = 0
+    /// Transport-wide feedback packets sent to publishers.
+    public internal(set) var transportFeedbackSent: UInt64 = 0
     var keyFrameRequestsByCause = ContiguousArray<UInt64>(repeating: 0, count: KeyFrameCause.allCases.count)
     var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
     public static let reportInterval: Nanoseconds = 1_000_000_000
@@ -187,11 +212,24 @@ public final class MediaEngine {
     var reportDeadline: Nanoseconds = .max
     /// The earliest NACK retry or give-up of any producer (`.max`: nothing missing).
     var nackDeadline: Nanoseconds = .max
+    /// When transport-wide feedback is next due (`.max`: nothing arrived to report).
+    var feedbackDeadline: Nanoseconds = .max
+    /// How often publishers get transport-wide feedback while their packets arrive.
+    public static let feedbackInterval: Nanoseconds = 50_000_000
+    /// One feedback report being written (`sendTransportFeedback`).
+    let arrivalScratch: UnsafeMutablePointer<TransportFeedback.Arrival>
+    /// While any subscriber transport probes: when its padding is next due (`.max`: none).
+    var probeDeadline: Nanoseconds = .max
+    static let probeSlice: Nanoseconds = 10_000_000
+    /// Probes started, and padding packets sent for them.
+    public internal(set) var probesStarted: UInt64 = 0
+    public internal(set) var paddingPacketsSent: UInt64 = 0
 
     public init(outboxSlots: Int = 512, tuning: EngineTuning = EngineTuning()) {
         self.tuning = tuning
         self.outboxSlots = outboxSlots
         nackScratch = .allocate(capacity: Self.nackScratchCount)
+        arrivalScratch = .allocate(capacity: TransportFeedbackRecorder.capacity)
         outbox = UnsafeMutableRawPointer.allocate(byteCount: outboxSlots * Self.slotSize, alignment: 16)
         pendingTransports = .allocate(capacity: outboxSlots)
         pendingGenerations = .allocate(capacity: outboxSlots)
@@ -206,6 +244,7 @@ public final class MediaEngine {
         pendingLengths.deallocate()
         pendingIsRtcp.deallocate()
         nackScratch.deallocate()
+        arrivalScratch.deallocate()
     }
 
     // MARK: Control (not on the packet path; may allocate)
@@ -252,6 +291,10 @@ public final class MediaEngine {
         let t = parameters.transport
         guard isActive(t) else { throw .unknownTransport(t) }
         let ts = Int(t.slot)
+        if parameters.transportSequenceExtensionId != 0 {
+            transports[ts].transportSequenceId = parameters.transportSequenceExtensionId
+            if transports[ts].feedbackRecorder == nil { transports[ts].feedbackRecorder = TransportFeedbackRecorder() }
+        }
         if !parameters.rids.isEmpty { return try addSimulcastProducer(parameters) }
         for entry in transports[ts].receiveSsrcs
         where entry.ssrc == parameters.ssrc || (parameters.rtxSsrc != nil && entry.ssrc == parameters.rtxSsrc) {
@@ -381,6 +424,11 @@ public final class MediaEngine {
         }
         for layer in consumers[Int(id)].layerSlots { producers[Int(layer)].consumers.append(id) }
         transports[Int(parameters.transport.slot)].consumers.append(id)
+        if parameters.transportSequenceExtensionId != 0, transports[ts].estimator == nil {
+            transports[ts].estimator = SendSideEstimator(initial: tuning.initialSubscriberBitrate,
+                                                         minimum: tuning.minSubscriberBitrate,
+                                                         maximum: tuning.maxSubscriberBitrate)
+        }
         if consumers[Int(id)].layerSlots.count > 1 {
             consumers[Int(id)].targetLayer = chooseLayer(Int(id), now: now)
         }
@@ -415,7 +463,7 @@ public final class MediaEngine {
             let at = producers[Int(slots[i])].lastPacketAt
             return at != 0 && now &- at < Self.layerIdleTime
         }
-        let cap = min(consumers[c].preferredLayer, slots.count - 1)
+        let cap = min(consumers[c].preferredLayer, consumers[c].bandwidthLayer, slots.count - 1)
         var i = cap
         while i >= 0 {
             if live(i) { return i }
@@ -543,7 +591,9 @@ public final class MediaEngine {
             stats.layer = co.currentLayer >= 0 && !co.waitingForKeyFrame ? co.currentLayer : nil
             stats.targetLayer = co.targetLayer
             stats.layerSwitches = co.layerSwitches
+            stats.bandwidthLayer = co.bandwidthLayer == Int.max ? nil : co.bandwidthLayer
         }
+        if isActive(t), transports[Int(t.slot)].estimating { stats.estimate = transports[Int(t.slot)].estimator?.estimate }
         return stats
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }

@@ -254,10 +254,13 @@ extension RoomService {
         }
         let map = ids, ssrc = line.ssrc, pt = line.codec.payloadType
         let rtxSsrc = line.rtxPayloadType == nil ? nil : line.rtxSsrc, rtxPt = line.rtxPayloadType
+        let twcc = line.extensions.first { $0.uri == RtpHeaderExtension.transportWideCC.uri }?.id ?? 0
         let consumer = try await onWorker(room) { core in
             try core.addConsumer(on: tid) { index in
-                ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
-                                   rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
+                var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
+                                           rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
+                c.transportSequenceExtensionId = twcc
+                return c
             }
         }
         if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }

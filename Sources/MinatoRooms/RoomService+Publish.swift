@@ -44,13 +44,15 @@ extension RoomService {
         let kind: MediaKind = contentType == "audio" ? .audio : .video
         let producer = try await onWorker(room) { core in
             try core.addProducer(on: tid) { index in
-                ProducerParameters(transport: index, kind: kind, ssrc: stream.ssrc, rtxSsrc: stream.rtxSsrc,
+                var p = ProducerParameters(transport: index, kind: kind, ssrc: stream.ssrc, rtxSsrc: stream.rtxSsrc,
                                    payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
                                    codec: stream.codec.videoCodec, keyFrameRequest: stream.codec.keyFrameRequest,
                                    paused: !r.isEnabled, rtxPayloadType: stream.rtxPayloadType,
                                    redPayloadType: stream.redPayloadType, nack: stream.nack,
                                    rids: layers, ridExtensionId: stream.ridExtensionId,
                                    repairedRidExtensionId: stream.repairedRidExtensionId)
+                p.transportSequenceExtensionId = stream.transportSequenceExtensionId
+                return p
             }
         }
         guard !member.removed, rooms.contains(where: { $0 === room }) else {

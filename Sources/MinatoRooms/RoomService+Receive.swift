@@ -117,8 +117,10 @@ extension RoomService {
             let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
             let consumer = try await onWorker(room) { core in
                 try core.addConsumer(on: tid) { index in
-                    ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
-                                       rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt, preferredLayer: cap)
+                    var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
+                                               rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt, preferredLayer: cap)
+                    c.transportSequenceExtensionId = RtpHeaderExtension.transportWideCC.receiverId ?? 0
+                    return c
                 }
             }
             if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }

@@ -44,6 +44,8 @@ struct PublishedStream: Sendable {
     var rids: [String] = []
     var ridExtensionId: UInt8 = 0
     var repairedRidExtensionId: UInt8 = 0
+    /// The publisher's id of the transport-wide sequence number extension (0: not offered).
+    var transportSequenceExtensionId: UInt8 = 0
 }
 
 /// The room layer's SDP entry points: parse, read the peer's transport, answer a publisher,
@@ -105,6 +107,7 @@ enum SdpNegotiation {
         }
         let rtx = SfuSdp.acceptedRtx(m, for: codec.codec), red = SfuSdp.acceptedRed(m, for: codec.codec)
         let nack = SfuSdp.sendsNack(for: codec.codec)
+        let twcc = m.extMaps.first { $0.uri == RtpHeaderExtension.transportWideCC.uri }?.id ?? 0
         switch SfuSdp.simulcastRids(m) {
         case .invalid(let why)?:
             throw .invalidParameter("m-line '\(mid)' has a simulcast line Minato cannot take: \(why).")
@@ -120,6 +123,7 @@ enum SdpNegotiation {
             stream.rids = rids
             stream.ridExtensionId = ridId
             stream.repairedRidExtensionId = extId(.repairedRtpStreamId)
+            stream.transportSequenceExtensionId = twcc
             return stream
         case nil:
             break
@@ -129,9 +133,11 @@ enum SdpNegotiation {
         guard let primary = fid?.ssrcs.first ?? all.first else {
             throw .invalidParameter("m-line '\(mid)' has no a=ssrc line (nor a=simulcast with RIDs); Minato needs the publisher's SSRC in its offer.")
         }
-        return PublishedStream(mid: mid, kind: m.kind, codec: codec, ssrc: primary,
-                               rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil },
-                               rtxPayloadType: rtx, redPayloadType: red, nack: nack, extensionIds: ids)
+        var stream = PublishedStream(mid: mid, kind: m.kind, codec: codec, ssrc: primary,
+                                     rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil },
+                                     rtxPayloadType: rtx, redPayloadType: red, nack: nack, extensionIds: ids)
+        stream.transportSequenceExtensionId = twcc
+        return stream
     }
 
     static func localTransport(_ local: TransportDescription) -> SdpLocalTransport {

@@ -8,6 +8,10 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
     /// RFC 8852: the RID of a simulcast layer (`rtpStreamId`) and the RID an RTX stream
     /// repairs (`repairedRtpStreamId`); the SFU learns a layer's SSRCs from them.
     case rtpStreamId, repairedRtpStreamId
+    /// draft-holmer-rmcat-transport-wide-cc-extensions-01: one sequence number per packet
+    /// across a transport, for the receiver's transport-wide feedback (congestion control).
+    /// The SFU feeds back on what publishers send and numbers what it sends to subscribers.
+    case transportWideCC
 
     public var uri: String {
         switch self {
@@ -18,6 +22,7 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
         case .mid: return "urn:ietf:params:rtp-hdrext:sdes:mid"
         case .rtpStreamId: return "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id"
         case .repairedRtpStreamId: return "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id"
+        case .transportWideCC: return "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"
         }
     }
 
@@ -34,6 +39,7 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
         case .absSendTime: return 2
         case .videoOrientation: return 3
         case .timeOffset: return 4
+        case .transportWideCC: return 5
         case .mid, .rtpStreamId, .repairedRtpStreamId: return nil
         }
     }
@@ -43,7 +49,7 @@ public enum RtpHeaderExtension: CaseIterable, Sendable, Equatable {
         switch self {
         case .audioLevel: return kind == "audio"
         case .videoOrientation, .timeOffset, .rtpStreamId, .repairedRtpStreamId: return kind == "video"
-        case .absSendTime, .mid: return true
+        case .absSendTime, .mid, .transportWideCC: return true
         }
     }
 }
@@ -59,9 +65,10 @@ public enum SfuSdp {
     /// receivers' NACKs from its retransmission store), "nack pli" and "ccm fir" (it answers
     /// both with a key frame request to the sender), "rrtr" (it answers a receiver's RTCP XR
     /// reference time with a DLRR, so a receive-only browser learns its round-trip time and
-    /// paces its NACK retries by it) for video; none for audio.
+    /// paces its NACK retries by it) for video; and "transport-cc" for both (it sends
+    /// publishers transport-wide feedback and numbers what it sends subscribers).
     public static func feedback(for codec: ForwardedCodec) -> [String] {
-        codec.kind == "video" ? ["nack", "nack pli", "ccm fir", "rrtr"] : []
+        codec.kind == "video" ? ["nack", "nack pli", "ccm fir", "rrtr", "transport-cc"] : ["transport-cc"]
     }
 
     /// The codec the SFU takes from a sender's m-section: the first the codec map can forward,

@@ -155,6 +155,8 @@ import MinatoWire
         _ = pub.send(2, keyframe: true)
         var last = try #require(Self.forwarded(pub.round()).last)
         // Down to the lowest: its keyframe is requested; the top layer keeps flowing meanwhile.
+        // (Requests to two layers of one sender are 350 ms apart: a browser drops the second.)
+        pub.h.now &+= 350_000_000
         pub.h.engine.setPreferredLayer(c, 0, now: pub.h.now)
         #expect(Self.pliTargets(pub.h.drain()) == [0xA1])
         for _ in 0..<3 {
@@ -188,6 +190,20 @@ import MinatoWire
         let up = try #require(Self.forwarded(pub.send(2, keyframe: true)).first)
         #expect(up.seq == next.first.map { $0.seq &+ 1 })
         #expect(up.pictureId == next.first.map { $0.pictureId &+ 1 })
+    }
+
+    @Test func requestsToTwoLayersOfOneSenderAreSpacedOut() throws {
+        let pub = try Publisher()
+        _ = pub.round()
+        let sub = pub.h.subscriber()
+        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
+        #expect(Self.pliTargets(pub.h.drain()) == [0xA3])
+        let asked = pub.h.now
+        pub.h.engine.setPreferredLayer(c, 0, now: asked &+ 100_000_000)
+        #expect(Self.pliTargets(pub.h.drain()).isEmpty)
+        #expect(pub.h.engine.nextDeadline == asked &+ 350_000_000)
+        pub.h.engine.handleTimeout(now: asked &+ 350_000_000)
+        #expect(Self.pliTargets(pub.h.drain()) == [0xA1])
     }
 
     @Test func aPreferenceAtStartCapsTheLayer() throws {

@@ -111,9 +111,9 @@ import MinatoWire
         #expect(again.media[1].ssrcGroups.first?.ssrcs == [22, 23])
         #expect(again.media.allSatisfy { $0.attributes.contains(named: "setup") })
         #expect(text.contains("a=setup:passive\r\n") && !text.contains("a=setup:actpass"))
-        // Only feedback the player offered for the codec (no rrtr; transport-cc is not Minato's).
+        // Only feedback the player offered for the codec (no rrtr; transport-cc, which it offered).
         #expect(text.contains("a=rtcp-fb:96 nack\r\n") && text.contains("a=rtcp-fb:96 nack pli\r\n"))
-        #expect(!text.contains("rrtr") && !text.contains("transport-cc"))
+        #expect(!text.contains("rrtr") && text.contains("a=rtcp-fb:96 transport-cc\r\n"))
         // Candidates once, in the first m-section.
         #expect(text.components(separatedBy: "a=candidate:").count == 2)
         #expect(again.media[0].attributes.contains(named: "candidate"))

@@ -22,11 +22,11 @@ import Testing
         #expect(audio.formats == ["63", "111"])
         let a = Self.lines(audio).filter { $0.hasPrefix("a=rtpmap") || $0.hasPrefix("a=fmtp") || $0.hasPrefix("a=rtcp-fb") }
         #expect(a == ["a=rtpmap:63 red/48000/2", "a=fmtp:63 111/111", "a=rtpmap:111 opus/48000/2",
-                      "a=fmtp:111 minptime=10;useinbandfec=1"])
+                      "a=fmtp:111 minptime=10;useinbandfec=1", "a=rtcp-fb:111 transport-cc"])
         #expect(video.formats == ["96", "97"])
         let v = Self.lines(video).filter { $0.hasPrefix("a=rtpmap") || $0.hasPrefix("a=fmtp") || $0.hasPrefix("a=rtcp-fb") }
         #expect(v == ["a=rtpmap:96 VP8/90000", "a=rtcp-fb:96 nack", "a=rtcp-fb:96 nack pli", "a=rtcp-fb:96 ccm fir",
-                      "a=rtpmap:97 rtx/90000", "a=fmtp:97 apt=96"])
+                      "a=rtcp-fb:96 transport-cc", "a=rtpmap:97 rtx/90000", "a=fmtp:97 apt=96"])
         // What the answer accepted reads back as what the room layer gives the engine.
         let offer = try Fixture.chromiumOffer.parsed()
         let opus = try #require(SfuSdp.chosenCodec(offer.media[0])), vp8 = try #require(SfuSdp.chosenCodec(offer.media[1]))
@@ -52,7 +52,7 @@ import Testing
         let gst = try Self.answer(Fixture.gstreamerOffer.parsed())
         #expect(gst.media[0].formats == ["96"] && gst.media[0].rtpMaps.count == 1)
         // GStreamer offers no plain "nack": the answer does not add it (and Minato does not NACK it).
-        #expect(gst.media[0].rtcpFeedback(for: 96) == ["nack pli", "ccm fir"])
+        #expect(gst.media[0].rtcpFeedback(for: 96) == ["nack pli", "ccm fir", "transport-cc"])
         #expect(!gst.serialize().contains("rtx") && !gst.serialize().contains("red/"))
         // Chromium's offer without its RED and RTX formats.
         var offer = try Fixture.chromiumOffer.parsed()
@@ -172,7 +172,7 @@ import Testing
         #expect(audio.rtpMap(for: 63) == RtpMap(payloadType: 63, encodingName: "red", clockRate: 48000, channels: 2))
         #expect(audio.fmtp(for: 63) == "111/111" && audio.ssrcIds == [1001] && audio.ssrcGroups.isEmpty)
         #expect(video.formats == ["96", "97"])
-        #expect(video.fmtp(for: 97) == "apt=96" && video.rtcpFeedback(for: 96) == ["nack", "nack pli", "ccm fir", "rrtr"])
+        #expect(video.fmtp(for: 97) == "apt=96" && video.rtcpFeedback(for: 96) == ["nack", "nack pli", "ccm fir", "rrtr", "transport-cc"])
         #expect(video.ssrcGroups == [SsrcGroup(semantics: "FID", ssrcs: [1002, 2002])])
         #expect(Self.lines(video).filter { $0.hasPrefix("a=ssrc") } == [
             "a=ssrc-group:FID 1002 2002",

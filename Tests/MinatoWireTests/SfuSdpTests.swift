@@ -40,9 +40,11 @@ import Testing
         #expect(lines.contains("a=rtpmap:63 red/48000/2") && lines.contains("a=fmtp:63 111/111"))
         #expect(lines.contains("a=rtpmap:96 VP8/90000"))
         #expect(lines.contains("a=rtpmap:97 rtx/90000") && lines.contains("a=fmtp:97 apt=96"))
-        #expect(lines.filter { $0.hasPrefix("a=rtcp-fb:") } == ["a=rtcp-fb:96 nack", "a=rtcp-fb:96 nack pli", "a=rtcp-fb:96 ccm fir"])
-        // Only extensions Minato knows, with the publisher's ids; never transport-cc.
-        #expect(!text.contains("transport-wide-cc"))
+        #expect(lines.filter { $0.hasPrefix("a=rtcp-fb:") } == ["a=rtcp-fb:111 transport-cc", "a=rtcp-fb:96 nack",
+                                                                 "a=rtcp-fb:96 nack pli", "a=rtcp-fb:96 ccm fir",
+                                                                 "a=rtcp-fb:96 transport-cc"])
+        // Only extensions Minato knows, with the publisher's ids; transport-cc (it feeds back).
+        #expect(lines.contains("a=extmap:3 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"))
         #expect(lines.contains("a=extmap:1 urn:ietf:params:rtp-hdrext:ssrc-audio-level"))
         #expect(lines.contains("a=extmap:14 urn:ietf:params:rtp-hdrext:toffset"))
         // Candidates and end-of-candidates once, in the first m-section.
@@ -119,18 +121,19 @@ import Testing
         #expect(lines.filter { $0.hasPrefix("m=") } == ["m=audio 9 UDP/TLS/RTP/SAVPF 63 111", "m=video 9 UDP/TLS/RTP/SAVPF 96 97",
                                                        "m=video 9 UDP/TLS/RTP/SAVPF 102 103"])
         #expect(lines.filter { $0 == "a=rtcp-rsize" }.count == 3)
-        // Minato's own extension ids: audio 1, 2; video 2, 3, 4; never the MID.
+        // Minato's own extension ids: audio 1, 2, 5; video 2, 3, 4, 5; never the MID or RIDs.
+        let twcc = "a=extmap:5 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"
         #expect(lines.filter { $0.hasPrefix("a=extmap:") } == [
             "a=extmap:1 urn:ietf:params:rtp-hdrext:ssrc-audio-level",
-            "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time",
+            "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time", twcc,
             "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time", "a=extmap:3 urn:3gpp:video-orientation",
-            "a=extmap:4 urn:ietf:params:rtp-hdrext:toffset",
+            "a=extmap:4 urn:ietf:params:rtp-hdrext:toffset", twcc,
             "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time", "a=extmap:3 urn:3gpp:video-orientation",
-            "a=extmap:4 urn:ietf:params:rtp-hdrext:toffset"])
+            "a=extmap:4 urn:ietf:params:rtp-hdrext:toffset", twcc])
         #expect(lines.filter { $0.hasPrefix("a=candidate:") }.count == 1)
         let parsed = try SessionDescription.parse(text)
         #expect(parsed.media[0].endOfCandidates && !parsed.media[1].endOfCandidates)
-        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack", "nack pli", "ccm fir", "rrtr"])
+        #expect(parsed.media[2].rtcpFeedback(for: 102) == ["nack", "nack pli", "ccm fir", "rrtr", "transport-cc"])
     }
 
     @Test func emptyReceiveOfferHasNoBundleGroup() {

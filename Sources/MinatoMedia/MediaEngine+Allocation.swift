@@ -1,0 +1,132 @@
+internal import MinatoWire
+
+// Bandwidth allocation per subscriber transport: its estimate (`SendSideEstimator`) shared
+// by its consumers, simulcast layers chosen to fit, and probes to find room for a higher one.
+extension MediaEngine {
+    /// Upgrading to a layer needs this much more estimate than the layer's bitrate (so a
+    /// consumer does not flap between two layers at the edge).
+    static let upgradeHeadroom = 1.15
+    /// Padding bytes per probe packet (RTP padding, the last byte counts them).
+    static let paddingLength = 224
+
+    /// Divides transport `t`'s estimate among its consumers: audio and single-stream video
+    /// first (they cannot go lower), then each simulcast consumer in turn gets the highest
+    /// receiving layer within its preference that fits what is left (the lowest when none
+    /// does); a paused producer costs nothing. When a consumer could take a higher layer than
+    /// the estimate allows, a probe at the rate that layer needs is started (at most every
+    /// 2 s; later after failures) with padding on that consumer's RTX stream.
+    func allocate(transport t: Int, now: Nanoseconds) {
+        guard let estimator = transports[t].estimator, transports[t].estimating else { return }
+        var budget = estimator.estimate
+        var used = 0
+        for c in transports[t].consumers where consumers[Int(c)].layerSlots.count <= 1 {
+            let p = currentSlot(Int(c))
+            guard producers[p].active, !producers[p].parameters.paused else { continue }
+            budget -= producers[p].bitrate
+            used += producers[p].bitrate
+        }
+        var probeFor = -1, probeRate = 0
+        for raw in transports[t].consumers where consumers[Int(raw)].layerSlots.count > 1 {
+            let c = Int(raw)
+            let slots = consumers[c].layerSlots
+            guard producers[Int(slots[0])].active, !producers[Int(slots[0])].parameters.paused else { continue }
+            let cap = min(consumers[c].preferredLayer, slots.count - 1)
+            var choice = -1, lowestLive = -1
+            for i in 0...cap {
+                let slot = Int(slots[i])
+                let at = producers[slot].lastPacketAt
+                guard at != 0, now &- at < Self.layerIdleTime else { continue }
+                if lowestLive < 0 { lowestLive = i }
+                let rate = producers[slot].bitrate
+                let need = i > consumers[c].targetLayer ? Int(Double(rate) * Self.upgradeHeadroom) : rate
+                if need <= budget { choice = i }
+            }
+            if choice < 0 { choice = max(lowestLive, 0) }
+            consumers[c].bandwidthLayer = choice
+            let rate = producers[Int(slots[choice])].bitrate
+            budget -= rate
+            used += rate
+            // A higher receiving layer within the preference: worth a probe.
+            if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil {
+                var next = choice + 1
+                while next <= cap {
+                    let at = producers[Int(slots[next])].lastPacketAt
+                    if at != 0, now &- at < Self.layerIdleTime { break }
+                    next += 1
+                }
+                if next <= cap {
+                    probeFor = c
+                    probeRate = used - rate + Int(Double(producers[Int(slots[next])].bitrate) * Self.upgradeHeadroom)
+                }
+            }
+            retarget(c, now: now)
+        }
+        if probeFor >= 0, probeRate > estimator.estimate, !estimator.probing(at: now), estimator.probeRate == 0,
+           now >= estimator.nextProbeAllowed {
+            transports[t].estimator?.startProbe(rate: probeRate, now: now)
+            transports[t].probeConsumer = Int32(truncatingIfNeeded: probeFor)
+            transports[t].probeCredit = 0
+            transports[t].probeSliceAt = now
+            probesStarted &+= 1
+            probeDeadline = min(probeDeadline, now)
+        }
+    }
+
+    /// Sends each probing transport's padding for the time since its last slice: the probe
+    /// rate less what media went out meanwhile is spent as padding-only RTX packets carrying
+    /// transport-wide sequence numbers. Keeps `probeDeadline` while any probe runs.
+    func sendProbePadding(now: Nanoseconds) {
+        var next: Nanoseconds = .max
+        for t in transports.indices where transports[t].active && transports[t].probeConsumer >= 0 {
+            guard let estimator = transports[t].estimator, estimator.probing(at: now) else {
+                transports[t].probeConsumer = -1
+                continue
+            }
+            let c = Int(transports[t].probeConsumer)
+            guard c < consumers.count, consumers[c].active, let rtxSsrc = consumers[c].parameters.rtxSsrc,
+                  let rtxPt = consumers[c].parameters.rtxPayloadType else {
+                transports[t].probeConsumer = -1
+                continue
+            }
+            let elapsed = now &- transports[t].probeSliceAt
+            transports[t].probeSliceAt = now
+            // Media already sends about the allocated rate; padding fills the rest.
+            let media = mediaRate(transport: t)
+            let extra = max(estimator.probeRate - media, 0)
+            transports[t].probeCredit += Int(clamping: UInt64(extra) &* elapsed / 8 / 1_000_000_000)
+            let id = consumers[c].parameters.transportSequenceExtensionId
+            let packetLength = 12 + 8 + Self.paddingLength
+            while transports[t].probeCredit >= packetLength, transmitCount < outboxSlots {
+                let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize, count: packetLength)
+                _ = RtpPacketView.writeHeader(into: slot, payloadType: rtxPt, sequenceNumber: consumers[c].rtxSequence,
+                                              timestamp: consumers[c].rewriter.lastTimestamp, ssrc: rtxSsrc)
+                consumers[c].rtxSequence &+= 1
+                let sequence = transports[t].sendSequence
+                transports[t].sendSequence &+= 1
+                slot[0] |= 0x30                          // padding and extension bits
+                slot[12] = 0xBE; slot[13] = 0xDE; slot[14] = 0; slot[15] = 1
+                slot[16] = id << 4 | 1
+                slot[17] = UInt8(truncatingIfNeeded: sequence >> 8); slot[18] = UInt8(truncatingIfNeeded: sequence)
+                slot[19] = 0
+                for k in 20..<(packetLength - 1) { slot[k] = 0 }
+                slot[packetLength - 1] = UInt8(Self.paddingLength)
+                transports[t].estimator?.sent(sequence, bytes: packetLength, at: now)
+                enqueue(transport: transportIndex(t), length: packetLength, isRtcp: false)
+                transports[t].probeCredit -= packetLength
+                paddingPacketsSent &+= 1
+            }
+            next = min(next, now &+ Self.probeSlice)
+        }
+        probeDeadline = next
+    }
+
+    /// What transport `t`'s consumers send now: the bitrate of each one's current layer.
+    func mediaRate(transport t: Int) -> Int {
+        var rate = 0
+        for c in transports[t].consumers {
+            let p = currentSlot(Int(c))
+            if producers[p].active, !producers[p].parameters.paused { rate += producers[p].bitrate }
+        }
+        return rate
+    }
+}
