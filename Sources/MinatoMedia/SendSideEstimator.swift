@@ -28,7 +28,7 @@ struct SendSideEstimator {
     let maximum: Int
     /// The estimate in bits per second.
     private(set) var estimate: Int
-    /// What the receiver got over the last `ackWindow` (bits per second); 0 before any feedback.
+    /// What the receiver got over the last 500 ms of arrivals (bits per second); 0 before any feedback.
     private(set) var ackedRate = 0
     private(set) var lastLossRatio = 0.0
     private(set) var overusing = false
@@ -40,6 +40,8 @@ struct SendSideEstimator {
     // Acked rate: bytes received per 100 ms bucket, over the last 5 buckets.
     private var ackBuckets = (0, 0, 0, 0, 0)
     private var ackBucketStart: Nanoseconds = 0
+    /// When the first acknowledged packet was counted (the rate's window is shorter before 500 ms).
+    private var ackStart: Nanoseconds = 0
     private static let ackBucket: Nanoseconds = 100_000_000
     // Delay gradient.
     private var groupSend: Nanoseconds = 0
@@ -109,7 +111,7 @@ struct SendSideEstimator {
             arrival &+= Int64(fate.delta) &* 250_000
             let at = UInt64(bitPattern: max(arrival, 1))
             let bytes = Int(sentBytes[i])
-            addAcked(bytes, now: now)
+            addAcked(bytes, arrival: at)
             if inProbe {
                 probeBytes += bytes
                 if probeFirstArrival == 0 { probeFirstArrival = at }
@@ -170,8 +172,12 @@ struct SendSideEstimator {
         lastProbeEnd = now
     }
 
-    private mutating func addAcked(_ bytes: Int, now: Nanoseconds) {
-        if ackBucketStart == 0 { ackBucketStart = now }
+    /// Counts a received packet at its arrival time (the receiver's clock): what the path delivered.
+    private mutating func addAcked(_ bytes: Int, arrival now: Nanoseconds) {
+        if ackBucketStart == 0 {
+            ackBucketStart = now
+            ackStart = now
+        }
         while now &- ackBucketStart >= Self.ackBucket {
             ackBuckets = (0, ackBuckets.0, ackBuckets.1, ackBuckets.2, ackBuckets.3)
             ackBucketStart &+= Self.ackBucket
@@ -179,7 +185,9 @@ struct SendSideEstimator {
         }
         ackBuckets.0 += bytes
         let total = ackBuckets.0 + ackBuckets.1 + ackBuckets.2 + ackBuckets.3 + ackBuckets.4
-        ackedRate = total * 8 * 2  // 5 buckets of 100 ms: bytes per 0.5 s
+        // Five buckets of 100 ms; before 500 ms of them, over the time there is.
+        let span = min(max(now &- ackStart, Self.ackBucket), 5 * Self.ackBucket)
+        ackedRate = Int(clamping: UInt64(total) &* 8 &* 1_000_000_000 / span)
     }
 
     private mutating func lossUpdate(_ ratio: Double, now: Nanoseconds) {

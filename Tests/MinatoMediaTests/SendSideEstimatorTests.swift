@@ -1,0 +1,175 @@
+import Testing
+@testable import MinatoMedia
+import MinatoWire
+
+/// The subscriber-side estimate on simulated links: a sender picks the highest of three
+/// simulcast layer rates that fits the estimate (as the allocator does), packets cross a link
+/// (a policer that drops without a queue, or a bottleneck with a queue), and the receiver's
+/// transport-wide feedback, written by the real writer every 50 ms, is fed back.
+@Suite struct SendSideEstimatorTests {
+    static let layers = [150_000, 500_000, 1_500_000]
+
+    /// A link and the receiver at its end.
+    struct Link {
+        /// Policer: token bucket of `rate` bits/s and a small burst, no queue. Queue: a FIFO
+        /// draining at `rate` (arrival = when the packet leaves the queue).
+        var policer: Bool
+        var rate: Int
+        var tokens = 0.0
+        var lastFill: Nanoseconds = 0
+        var queueFree: Nanoseconds = 0
+        let propagation: Nanoseconds = 20_000_000
+
+        /// When the packet arrives; nil: dropped.
+        mutating func carry(bytes: Int, at now: Nanoseconds) -> Nanoseconds? {
+            if policer {
+                let burst = 6 * 1200.0 * 8
+                tokens = min(burst, tokens + Double(now &- lastFill) / 1e9 * Double(rate))
+                lastFill = now
+                guard tokens >= Double(bytes * 8) else { return nil }
+                tokens -= Double(bytes * 8)
+                return now + propagation
+            }
+            let start = max(now, queueFree)
+            queueFree = start + UInt64(Double(bytes * 8) / Double(rate) * 1e9)
+            // A queue longer than 500 ms overflows.
+            guard queueFree - now < 500_000_000 else { queueFree = start; return nil }
+            return queueFree + propagation
+        }
+    }
+
+    /// Runs `seconds` of traffic; returns the estimates every 250 ms and the layer chosen at the end.
+    static func run(_ estimator: inout SendSideEstimator, link: inout Link, seconds: Double, from start: Nanoseconds,
+                    sequence: inout UInt16) -> (estimates: [Int], layer: Int, end: Nanoseconds) {
+        var now = start
+        var pending: [(UInt16, Nanoseconds?)] = []
+        var estimates: [Int] = []
+        var nextFeedback = now + 50_000_000
+        var nextSample = now
+        let end = start + UInt64(seconds * 1e9)
+        var layer = 0
+        var carry = 0.0
+        while now < end {
+            layer = layers.lastIndex { $0 <= estimator.estimate } ?? 0
+            // 5 ms ticks: the layer's bytes in 1200-byte packets.
+            carry += Double(layers[layer]) / 8 * 0.005
+            while carry >= 1200 {
+                carry -= 1200
+                estimator.sent(sequence, bytes: 1200, at: now)
+                pending.append((sequence, link.carry(bytes: 1200, at: now)))
+                sequence &+= 1
+            }
+            now += 5_000_000
+            if now >= nextFeedback {
+                // The receiver reports what arrived by now, and the losses before it.
+                let lastArrived = pending.lastIndex { $0.1.map { $0 <= now } ?? false }
+                if let lastArrived {
+                    feed(&estimator, Array(pending[...lastArrived]), now: now)
+                    pending.removeFirst(lastArrived + 1)
+                }
+                nextFeedback = now + 50_000_000
+            }
+            if now >= nextSample {
+                estimates.append(estimator.estimate)
+                nextSample = now + 250_000_000
+            }
+        }
+        return (estimates, layers.lastIndex { $0 <= estimator.estimate } ?? 0, now)
+    }
+
+    /// Writes one feedback packet for `reports` (in sequence order) and hands it to the estimator.
+    static func feed(_ estimator: inout SendSideEstimator, _ reports: [(UInt16, Nanoseconds?)], now: Nanoseconds) {
+        let firstArrival = reports.compactMap(\.1).min() ?? now
+        let reference = firstArrival / 64_000_000
+        var previous = reference * 256
+        let arrivals: [TransportFeedback.Arrival] = reports.map { _, at in
+            guard let at else { return .notReceived }
+            let ticks = at / 250_000
+            defer { previous = ticks }
+            return .init(delta: Int32(Int64(ticks) - Int64(previous)))
+        }
+        var bytes = [UInt8](repeating: 0, count: 1500)
+        let n = bytes.withUnsafeMutableBytes { b in
+            arrivals.withUnsafeBufferPointer { a in
+                RtcpWriter.transportFeedback(into: b, senderSsrc: 1, mediaSsrc: 2, baseSequence: reports[0].0,
+                                             referenceTime: Int32(reference), feedbackCount: 0, arrivals: a).bytes
+            }
+        }
+        bytes.withUnsafeBytes { b in
+            var it = RtcpIterator(UnsafeRawBufferPointer(rebasing: b[0..<n]))
+            while let p = it.next() { if let f = TransportFeedback(p) { _ = estimator.received(f, now: now) } }
+        }
+    }
+
+    @Test func aPolicerBringsTheEstimateDownToTheLowestLayerQuickly() {
+        var estimator = SendSideEstimator(initial: 2_000_000, minimum: 50_000, maximum: 20_000_000)
+        var link = Link(policer: true, rate: 2_500_000)
+        var seq: UInt16 = 65_000
+        let clean = Self.run(&estimator, link: &link, seconds: 3, from: 1_000_000_000, sequence: &seq)
+        #expect(clean.layer == 2)
+        link.rate = 300_000
+        let policed = Self.run(&estimator, link: &link, seconds: 5, from: clean.end, sequence: &seq)
+        print("[estimator] policer 300 kbit/s, estimate every 250 ms: \(policed.estimates)")
+        #expect(policed.layer == 0)
+        // Within 2 s the estimate fits the lowest layer and stays below the policer's rate.
+        let settled = policed.estimates.firstIndex { $0 < Self.layers[1] }
+        #expect(settled.map { $0 <= 8 } == true)
+        #expect(policed.estimates.suffix(8).allSatisfy { $0 < Self.layers[1] })
+    }
+
+    @Test func aQueueShowsAsDelayBeforeLoss() {
+        var estimator = SendSideEstimator(initial: 2_000_000, minimum: 50_000, maximum: 20_000_000)
+        var link = Link(policer: false, rate: 800_000)
+        var seq: UInt16 = 10
+        let run = Self.run(&estimator, link: &link, seconds: 6, from: 1_000_000_000, sequence: &seq)
+        print("[estimator] 800 kbit/s bottleneck with a queue, estimate every 250 ms: \(run.estimates)")
+        #expect(run.layer == 1)
+        #expect(run.estimates.suffix(8).allSatisfy { $0 < 1_000_000 })
+    }
+
+    @Test func aCleanProbeRaisesTheEstimateAndALossyOneDoesNot() {
+        var estimator = SendSideEstimator(initial: 200_000, minimum: 50_000, maximum: 20_000_000)
+        var link = Link(policer: true, rate: 300_000)
+        var seq: UInt16 = 0
+        var run = Self.run(&estimator, link: &link, seconds: 2, from: 1_000_000_000, sequence: &seq)
+        // Behind the policer a probe at 600 kbit/s loses packets: it fails, the estimate stays.
+        estimator.startProbe(rate: 600_000, now: run.end)
+        run = Self.probe(&estimator, link: &link, rate: 600_000, from: run.end, sequence: &seq)
+        #expect(estimator.failedProbes == 1)
+        #expect(estimator.estimate < 500_000)
+        // The policer goes: the next probe (allowed 4 s after a failure) succeeds.
+        link.rate = 10_000_000
+        #expect(estimator.nextProbeAllowed == estimator.lastProbeEnd + 4_000_000_000)
+        estimator.startProbe(rate: 1_800_000, now: run.end)
+        run = Self.probe(&estimator, link: &link, rate: 1_800_000, from: run.end, sequence: &seq)
+        print("[estimator] after a clean probe at 1.8 Mbit/s: \(estimator.estimate)")
+        #expect(estimator.failedProbes == 0)
+        #expect(estimator.estimate >= 1_500_000)
+    }
+
+    /// Sends at `rate` for the probe's duration, then 300 ms more at the lowest layer, with feedback.
+    static func probe(_ estimator: inout SendSideEstimator, link: inout Link, rate: Int, from start: Nanoseconds,
+                      sequence: inout UInt16) -> (estimates: [Int], layer: Int, end: Nanoseconds) {
+        var now = start
+        var pending: [(UInt16, Nanoseconds?)] = []
+        var carry = 0.0
+        while now < start + SendSideEstimator.probeDuration + 400_000_000 {
+            let r = now < start + SendSideEstimator.probeDuration ? rate : layers[0]
+            carry += Double(r) / 8 * 0.005
+            while carry >= 1200 {
+                carry -= 1200
+                estimator.sent(sequence, bytes: 1200, at: now)
+                pending.append((sequence, link.carry(bytes: 1200, at: now)))
+                sequence &+= 1
+            }
+            now += 5_000_000
+            if (now - start) % 50_000_000 == 0, let last = pending.lastIndex(where: { $0.1.map { $0 <= now } ?? false }) {
+                feed(&estimator, Array(pending[...last]), now: now)
+                pending.removeFirst(last + 1)
+            }
+        }
+        now += 100_000_000
+        if !pending.isEmpty { feed(&estimator, pending, now: now) }
+        return ([estimator.estimate], 0, now)
+    }
+}
