@@ -16,8 +16,10 @@ extension MediaEngine {
     /// the estimate allows, a probe at the rate that layer needs is started (at most every
     /// 2 s; later after failures) with padding on that consumer's RTX stream.
     func allocate(transport t: Int, now: Nanoseconds) {
-        guard let estimator = transports[t].estimator, transports[t].estimating else { return }
-        var budget = estimator.estimate
+        // Fields read one by one: a copy of the estimator would share its history buffers, and
+        // the next packet recorded in them would then copy them (an allocation).
+        guard transports[t].estimating, let estimate = transports[t].estimator?.estimate else { return }
+        var budget = estimate
         var used = 0
         for c in transports[t].consumers where consumers[Int(c)].layerSlots.count <= 1 {
             let p = currentSlot(Int(c))
@@ -61,8 +63,8 @@ extension MediaEngine {
             }
             retarget(c, now: now)
         }
-        if probeFor >= 0, probeRate > estimator.estimate, !estimator.probing(at: now), estimator.probeRate == 0,
-           now >= estimator.nextProbeAllowed {
+        if probeFor >= 0, probeRate > estimate, transports[t].estimator?.probeRate == 0,
+           now >= transports[t].estimator?.nextProbeAllowed ?? .max {
             transports[t].estimator?.startProbe(rate: probeRate, now: now)
             transports[t].probeConsumer = Int32(truncatingIfNeeded: probeFor)
             transports[t].probeCredit = 0
@@ -78,7 +80,7 @@ extension MediaEngine {
     func sendProbePadding(now: Nanoseconds) {
         var next: Nanoseconds = .max
         for t in transports.indices where transports[t].active && transports[t].probeConsumer >= 0 {
-            guard let estimator = transports[t].estimator, estimator.probing(at: now) else {
+            guard transports[t].estimator?.probing(at: now) == true, let probeRate = transports[t].estimator?.probeRate else {
                 transports[t].probeConsumer = -1
                 continue
             }
@@ -92,7 +94,7 @@ extension MediaEngine {
             transports[t].probeSliceAt = now
             // Media already sends about the allocated rate; padding fills the rest.
             let media = mediaRate(transport: t)
-            let extra = max(estimator.probeRate - media, 0)
+            let extra = max(probeRate - media, 0)
             transports[t].probeCredit += Int(clamping: UInt64(extra) &* elapsed / 8 / 1_000_000_000)
             let id = consumers[c].parameters.transportSequenceExtensionId
             let packetLength = 12 + 8 + Self.paddingLength

@@ -183,6 +183,7 @@ extension MediaEngine {
     /// last report arrived (or that it did not), in as many feedback packets as it takes.
     /// Reference times and deltas come from the engine's clock (only differences matter).
     func sendTransportFeedback(transport t: Int, now: Nanoseconds) {
+        // `recorder` shares the arrival buffer; nothing writes it until this returns.
         guard let recorder = transports[t].feedbackRecorder, let first = recorder.next, recorder.highest >= first else { return }
         let last = recorder.highest
         let total = Int(min(last - first + 1, UInt64(TransportFeedbackRecorder.capacity)))

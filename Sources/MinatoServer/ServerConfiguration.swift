@@ -41,11 +41,20 @@ public struct ServerConfiguration: Sendable {
     public var retransmissionBufferPackets = 512
     /// `media.retransmissionMaxAgeMs`: how long a kept packet may be resent.
     public var retransmissionMaxAgeMs = 2000
-    /// The media engine's loss-recovery settings from the keys above.
+    /// `media.bandwidth.initialKbps` / `minKbps` / `maxKbps`: a subscriber connection's
+    /// bandwidth estimate before its first transport-wide feedback, and the range it stays in
+    /// (simulcast layers are chosen to fit it).
+    public var bandwidthInitialKbps = 2000
+    public var bandwidthMinKbps = 50
+    public var bandwidthMaxKbps = 20_000
+    /// The media engine's loss-recovery and bandwidth settings from the keys above.
     public var engineTuning: EngineTuning {
         var t = EngineTuning()
         t.retransmissionPackets = retransmissionBufferPackets
         t.retransmissionMaxAge = UInt64(retransmissionMaxAgeMs) * 1_000_000
+        t.minSubscriberBitrate = bandwidthMinKbps * 1000
+        t.maxSubscriberBitrate = max(bandwidthMaxKbps, bandwidthMinKbps) * 1000
+        t.initialSubscriberBitrate = bandwidthInitialKbps * 1000
         return t
     }
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
@@ -267,6 +276,9 @@ struct ConfigKey: Sendable {
         .int("media.connectTimeoutSec", 1...600, { $0.connectTimeoutSec }) { $0.connectTimeoutSec = $1 },
         .int("media.retransmissionBufferPackets", 16...32_768, { $0.retransmissionBufferPackets }) { $0.retransmissionBufferPackets = $1 },
         .int("media.retransmissionMaxAgeMs", 100...10_000, { $0.retransmissionMaxAgeMs }) { $0.retransmissionMaxAgeMs = $1 },
+        .int("media.bandwidth.initialKbps", 50...1_000_000, { $0.bandwidthInitialKbps }) { $0.bandwidthInitialKbps = $1 },
+        .int("media.bandwidth.minKbps", 10...1_000_000, { $0.bandwidthMinKbps }) { $0.bandwidthMinKbps = $1 },
+        .int("media.bandwidth.maxKbps", 10...1_000_000, { $0.bandwidthMaxKbps }) { $0.bandwidthMaxKbps = $1 },
         .int("media.maxTransports", 1...1_000_000, { $0.rooms.maxTransports }) { $0.rooms.maxTransports = $1 },
         .int("media.maxRemoteCandidates", 1...1000, { $0.rooms.maxRemoteCandidates }) { $0.rooms.maxRemoteCandidates = $1 },
         .int("media.maxPendingCandidateBytes", 1024...(1 << 20), { $0.rooms.maxPendingCandidateBytes }) { $0.rooms.maxPendingCandidateBytes = $1 },
