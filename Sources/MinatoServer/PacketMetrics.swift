@@ -12,7 +12,9 @@ struct WorkerTotals {
     var nacksSent: UInt64 = 0, retransmitted: UInt64 = 0, recovered: UInt64 = 0, rtxRecovered: UInt64 = 0
     var lookups: [String: UInt64] = [:]
     var keyFrameCauses: [String: UInt64] = [:]
+    var transportFeedback: UInt64 = 0, probes: UInt64 = 0, padding: UInt64 = 0
     mutating func add(_ c: WorkerCounters) {
+        transportFeedback &+= c.transportFeedbackSent; probes &+= c.probesStarted; padding &+= c.paddingPacketsSent
         received &+= c.rtpPacketsReceived; bytesReceived &+= c.rtpBytesReceived
         forwarded &+= c.rtpPacketsForwarded; bytesForwarded &+= c.rtpBytesForwarded
         rtcpReceived &+= c.rtcpPacketsReceived; rtcpSent &+= c.rtcpPacketsSent
@@ -34,6 +36,7 @@ final class PacketMetrics: Sendable {
     let received, bytesReceived, forwarded, bytesForwarded, rtcpReceived, rtcpSent, nacksReceived: Counter
     let keyFrameRequests, timerWakeups: Counter
     let nacksSent, retransmitted, recovered, rtxRecovered: Counter
+    let transportFeedback, probes, padding: Counter
     let transports, rooms, members, publications, subscriptions: Gauge
     let registry: PrometheusCollectorRegistry
     private let last = Mutex<WorkerTotals>(WorkerTotals())
@@ -59,6 +62,11 @@ final class PacketMetrics: Sendable {
                                          help: "Packets a publisher's stream was missing that arrived later (retransmitted or late).")
         rtxRecovered = registry.makeCounter(name: "minato_rtx_recovered_total",
                                             help: "Missing packets recovered from a publisher's RTX stream.")
+        transportFeedback = registry.makeCounter(name: "minato_rtcp_transport_feedback_sent_total",
+                                                 help: "Transport-wide congestion control feedback packets sent to publishers.")
+        probes = registry.makeCounter(name: "minato_bandwidth_probes_total",
+                                      help: "Bandwidth probes started toward subscribers (to find room for a higher simulcast layer).")
+        padding = registry.makeCounter(name: "minato_probe_padding_packets_total", help: "Padding-only RTX packets sent for bandwidth probes.")
         transports = registry.makeGauge(name: "minato_transports", help: "WebRTC transports open.")
         rooms = registry.makeGauge(name: "minato_rooms", help: "Rooms open.")
         members = registry.makeGauge(name: "minato_members", help: "Members joined.")
@@ -82,6 +90,9 @@ final class PacketMetrics: Sendable {
             grow(retransmitted, now.retransmitted, last.retransmitted)
             grow(recovered, now.recovered, last.recovered)
             grow(rtxRecovered, now.rtxRecovered, last.rtxRecovered)
+            grow(transportFeedback, now.transportFeedback, last.transportFeedback)
+            grow(probes, now.probes, last.probes)
+            grow(padding, now.padding, last.padding)
             for (result, n) in now.lookups {
                 let c = registry.makeCounter(name: "minato_retransmission_store_lookups_total", labels: [("result", result)],
                                              help: "Subscriber NACKs looked up in the retransmission store: hit, miss (not held, too old, or never sent to that subscriber), throttled (resent less than an RTT ago; a hit not resent).")
@@ -89,7 +100,7 @@ final class PacketMetrics: Sendable {
             }
             for (cause, n) in now.keyFrameCauses {
                 let c = registry.makeCounter(name: "minato_keyframe_requests_by_cause_total", labels: [("cause", cause)],
-                                             help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control.")
+                                             help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control, layer_switch.")
                 grow(c, n, last.keyFrameCauses[cause] ?? 0)
             }
             for (reason, n) in now.drops {

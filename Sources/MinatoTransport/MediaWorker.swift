@@ -38,6 +38,11 @@ public struct WorkerCounters: Sendable {
     public var packetsRecovered: UInt64 = 0
     public var rtxRecovered: UInt64 = 0
     public var keyFrameRequestsByCause: [String: UInt64] = [:]
+    /// Congestion control: transport-wide feedback packets sent to publishers, bandwidth
+    /// probes started toward subscribers and their padding packets.
+    public var transportFeedbackSent: UInt64 = 0
+    public var probesStarted: UInt64 = 0
+    public var paddingPacketsSent: UInt64 = 0
 }
 
 public enum WorkerError: Error, CustomStringConvertible, Sendable {
@@ -294,7 +299,9 @@ public final class WorkerCore {
             packetsRecovered: engine.packetsRecovered, rtxRecovered: engine.rtxRecovered,
             keyFrameRequestsByCause: Dictionary(uniqueKeysWithValues: KeyFrameCause.allCases.map {
                 ($0.name, engine.keyFrameRequests($0))
-            }))
+            }),
+            transportFeedbackSent: engine.transportFeedbackSent, probesStarted: engine.probesStarted,
+            paddingPacketsSent: engine.paddingPacketsSent)
     }
 
     // MARK: Packet path
