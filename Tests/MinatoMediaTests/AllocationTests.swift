@@ -1,0 +1,149 @@
+import Testing
+@testable import MinatoMedia
+import MinatoWire
+
+/// A simulcast consumer on a subscriber transport with transport-wide feedback: its layer
+/// follows the estimate (down on loss, up again after a clean probe), every packet it gets is
+/// numbered in one transport-wide sequence, and probes are padding on its RTX stream.
+@Suite struct AllocationTests {
+    static let twcc: UInt8 = 3
+    static let sizes = [200, 800, 1400]
+
+    final class Rig {
+        let h = EngineHarness()
+        var producer: ProducerId!
+        var consumer: ConsumerId!
+        var sub: TransportIndex!
+        var seq: [UInt16] = [0, 1000, 2000]
+        var twccNext: UInt16 = 0
+        /// Transport-wide sequence numbers the subscriber got since the last feedback, with their time.
+        var unreported: [(UInt16, Nanoseconds)] = []
+        var padding = 0
+
+        init() throws {
+            var p = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,
+                                       codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true,
+                                       rids: SimulcastTests.rids, ridExtensionId: SimulcastTests.ridExtension)
+            p.transportSequenceExtensionId = AllocationTests.twcc
+            producer = try h.engine.addProducer(p)
+            sub = h.subscriber()
+            var ids = ExtensionIdMap()
+            ids[AllocationTests.twcc] = 5
+            var c = ConsumerParameters(producer: producer, transport: sub, ssrc: 0x5000, payloadType: 100, extensionIds: ids,
+                                       rtxSsrc: 0x5001, rtxPayloadType: 101)
+            c.transportSequenceExtensionId = 5
+            // Every layer is receiving before the consumer starts.
+            for layer in 0..<3 { send(layer, keyframe: true) }
+            consumer = try h.engine.addConsumer(c, now: h.now)
+            _ = h.drain()
+        }
+
+        /// One packet of `layer` (RID and transport-wide sequence number elements, payload of
+        /// that layer's size); what reached the subscriber is noted for feedback.
+        func send(_ layer: Int, keyframe: Bool = false) {
+            seq[layer] &+= 1
+            let r = Array(SimulcastTests.rids[layer].utf8)
+            var bytes = [UInt8](repeating: 0, count: 12)
+            bytes.withUnsafeMutableBytes { b in
+                _ = RtpPacketView.writeHeader(into: b, payloadType: 96, sequenceNumber: seq[layer], timestamp: 0, ssrc: SimulcastTests.ssrcs[layer])
+            }
+            bytes[0] |= 0x10
+            var ext: [UInt8] = [SimulcastTests.ridExtension << 4 | UInt8(r.count - 1)] + r
+            ext += [AllocationTests.twcc << 4 | 1, UInt8(twccNext >> 8), UInt8(twccNext & 0xFF)]
+            twccNext &+= 1
+            while ext.count % 4 != 0 { ext.append(0) }
+            bytes += [0xBE, 0xDE, 0, UInt8(ext.count / 4)] + ext
+            bytes += [0x10, keyframe ? 0x00 : 0x01] + [UInt8](repeating: 0x55, count: AllocationTests.sizes[layer])
+            bytes.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: h.now) }
+            collect()
+        }
+
+        func collect() {
+            for s in h.drain() where !s.isRtcp && s.transport == sub {
+                var copy = s.bytes
+                copy.withUnsafeMutableBytes { b in
+                    guard let v = RtpPacketView(b), let n = v.transportSequenceNumber(id: 5) else { return }
+                    if v.ssrc == 0x5001, v.hasPadding { padding += 1 }
+                    unreported.append((n, h.now))
+                }
+            }
+        }
+
+        /// 100 ms of all three layers at 30 fps; every 50 ms the subscriber's feedback, which
+        /// reports every packet but those `lost` says it lost.
+        func run(ms: Int, lost: (Int) -> Bool) {
+            for tick in 0..<(ms / 33) {
+                h.now &+= 33_000_000
+                for layer in 0..<3 { send(layer) }
+                h.engine.handleTimeout(now: h.now)
+                collect()
+                if tick % 2 == 1 { feedback(lost: lost) }
+            }
+        }
+
+        func feedback(lost: (Int) -> Bool) {
+            guard let first = unreported.first else { return }
+            let sorted = unreported.sorted { Int16(bitPattern: $0.0 &- $1.0) < 0 }
+            let base = sorted[0].0
+            let count = Int(sorted.last!.0 &- base) + 1
+            var byOffset = [Nanoseconds?](repeating: nil, count: count)
+            for (i, (n, at)) in sorted.enumerated() where !lost(i) { byOffset[Int(n &- base)] = at + 10_000_000 }
+            let reference = (byOffset.compactMap { $0 }.min() ?? first.1) / 64_000_000
+            var previous = reference * 256
+            let arrivals: [TransportFeedback.Arrival] = byOffset.map { at in
+                guard let at else { return .notReceived }
+                let ticks = at / 250_000
+                defer { previous = ticks }
+                return .init(delta: Int32(Int64(ticks) - Int64(previous)))
+            }
+            var bytes = [UInt8](repeating: 0, count: 1500)
+            let n = bytes.withUnsafeMutableBytes { b in
+                arrivals.withUnsafeBufferPointer { a in
+                    RtcpWriter.transportFeedback(into: b, senderSsrc: 0xABCD, mediaSsrc: 0x5000, baseSequence: base,
+                                                 referenceTime: Int32(reference), feedbackCount: 0, arrivals: a).bytes
+                }
+            }
+            bytes.withUnsafeBytes { h.engine.handleRtcp(from: sub, packet: UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: h.now) }
+            unreported.removeAll()
+            collect()
+        }
+    }
+
+    @Test func theLayerFollowsTheEstimateDownAndAProbeBringsItBack() throws {
+        let rig = try Rig()
+        // Clean: the top layer (its keyframe was asked for at start).
+        rig.send(2, keyframe: true)
+        rig.run(ms: 1500) { _ in false }
+        var stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        #expect(stats.layer == 2)
+        #expect(stats.estimate != nil)
+        // Heavy loss (3 of 4 packets): the estimate falls and the consumer is moved to the lowest layer.
+        rig.run(ms: 2000) { $0 % 4 != 0 }
+        stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        print("[allocation] after loss: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1)")
+        #expect(stats.bandwidthLayer == 0 && stats.targetLayer == 0)
+        rig.send(0, keyframe: true)
+        #expect(rig.h.engine.consumerStats(rig.consumer)?.layer == 0)
+        // Clean again: probes (padding on the RTX stream) find the room and the layer climbs.
+        rig.padding = 0
+        rig.run(ms: 8000) { _ in false }
+        stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        print("[allocation] after 8 s clean: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1), padding packets \(rig.padding), probes \(rig.h.engine.probesStarted)")
+        #expect(rig.h.engine.probesStarted >= 1 && rig.padding > 0)
+        #expect(stats.bandwidthLayer == 2)
+    }
+
+    @Test func everythingSentOnTheTransportIsNumberedInOneSequence() throws {
+        let rig = try Rig()
+        rig.send(2, keyframe: true)
+        rig.run(ms: 1000) { _ in false }
+        rig.unreported.removeAll()
+        for _ in 0..<20 {
+            rig.h.now &+= 33_000_000
+            for layer in 0..<3 { rig.send(layer) }
+        }
+        let numbers = rig.unreported.map(\.0)
+        #expect(numbers.count == 20)
+        #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $1 == $0 &+ 1 })
+    }
+}
