@@ -111,7 +111,9 @@ struct SendSideEstimator {
             arrival &+= Int64(fate.delta) &* 250_000
             let at = UInt64(bitPattern: max(arrival, 1))
             let bytes = Int(sentBytes[i])
-            addAcked(bytes, arrival: at)
+            // A probe's bytes say what the path took for 300 ms; counted in the acknowledged
+            // rate they would let the loss-based estimate creep past what the media can use.
+            if !inProbe { addAcked(bytes, arrival: at) }
             if inProbe {
                 probeBytes += bytes
                 if probeFirstArrival == 0 { probeFirstArrival = at }

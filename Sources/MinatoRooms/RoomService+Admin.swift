@@ -162,11 +162,14 @@ extension RoomService {
                 "fractionLost": .double(Double(s.fractionLost) / 256), "packetsLost": .int(Int(s.packetsLost)),
                 "jitter": .int(Int(s.jitter))]
             if let rtt = s.roundTripTime { o["roundTripTimeMs"] = .double(Double(rtt) / 1_000_000) }
+            // The subscriber connection's bandwidth estimate, once its browser sent transport-wide feedback.
+            if let estimate = s.estimate { o["estimateBps"] = .int(estimate) }
             // Simulcast: the layer forwarded (null before its first keyframe) and the one chosen.
             if let target = s.targetLayer {
                 o["layer"] = s.layer.map { .int($0) } ?? .null
                 o["targetLayer"] = .int(target)
                 o["layerSwitches"] = .int(Int(clamping: s.layerSwitches))
+                o["bandwidthLayer"] = s.bandwidthLayer.map { .int($0) } ?? .null
             }
             return .object(o)
         }
