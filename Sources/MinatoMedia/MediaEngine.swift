@@ -449,6 +449,12 @@ public final class MediaEngine {
         let target = chooseLayer(c, now: now)
         guard target != consumers[c].targetLayer else { return }
         consumers[c].targetLayer = target
+        // Down because the link cannot carry the current layer: it stops at once (it is losing
+        // most of its packets anyway), so the lower layer's keyframe gets through sooner.
+        if target < consumers[c].currentLayer, consumers[c].bandwidthLayer < consumers[c].currentLayer,
+           consumers[c].preferredLayer > target {
+            consumers[c].waitingForKeyFrame = true
+        }
         if target != consumers[c].currentLayer || consumers[c].waitingForKeyFrame {
             requestKeyFrame(slot: Int(consumers[c].layerSlots[target]), now: now, cause: .layerSwitch)
         }

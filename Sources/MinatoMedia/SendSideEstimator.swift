@@ -30,6 +30,8 @@ struct SendSideEstimator {
     private(set) var estimate: Int
     /// What the receiver got over the last 500 ms of arrivals (bits per second); 0 before any feedback.
     private(set) var ackedRate = 0
+    /// The same over the last 200 ms: what a link that just got narrower still delivers.
+    private(set) var recentAckedRate = 0
     private(set) var lastLossRatio = 0.0
     private(set) var overusing = false
 
@@ -190,6 +192,8 @@ struct SendSideEstimator {
         // Five buckets of 100 ms; before 500 ms of them, over the time there is.
         let span = min(max(now &- ackStart, Self.ackBucket), 5 * Self.ackBucket)
         ackedRate = Int(clamping: UInt64(total) &* 8 &* 1_000_000_000 / span)
+        let recentSpan = min(max(now &- ackStart, Self.ackBucket), 2 * Self.ackBucket)
+        recentAckedRate = Int(clamping: UInt64(ackBuckets.0 + ackBuckets.1) &* 8 &* 1_000_000_000 / recentSpan)
     }
 
     private mutating func lossUpdate(_ ratio: Double, now: Nanoseconds) {
@@ -197,7 +201,9 @@ struct SendSideEstimator {
         if ratio > 0.10 {
             // At most one decrease per 300 ms (the feedback of a decrease takes a round trip).
             if now &- lastDecrease >= 300_000_000 {
-                let base = ackedRate > 0 ? min(estimate, ackedRate) : estimate
+                // From what the path delivers now, not half a second ago: one step down to a
+                // rate that fits, instead of several (each costing the subscriber a keyframe).
+                let base = recentAckedRate > 0 ? min(estimate, recentAckedRate) : estimate
                 estimate = Int(Double(base) * (1 - 0.5 * ratio))
                 lastDecrease = now
             }

@@ -122,13 +122,18 @@ import MinatoWire
         stats = try #require(rig.h.engine.consumerStats(rig.consumer))
         print("[allocation] after loss: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1)")
         #expect(stats.bandwidthLayer == 0 && stats.targetLayer == 0)
+        // The top layer stopped at once (the link was losing it): nothing until the lowest's keyframe.
+        #expect(stats.layer == nil)
+        rig.unreported.removeAll()
+        rig.send(2)
+        #expect(rig.unreported.isEmpty)
         rig.send(0, keyframe: true)
         #expect(rig.h.engine.consumerStats(rig.consumer)?.layer == 0)
         // Clean again: probes (padding on the RTX stream) find the room and the layer climbs.
         rig.padding = 0
-        rig.run(ms: 8000) { _ in false }
+        rig.run(ms: 14000) { _ in false }
         stats = try #require(rig.h.engine.consumerStats(rig.consumer))
-        print("[allocation] after 8 s clean: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1), padding packets \(rig.padding), probes \(rig.h.engine.probesStarted)")
+        print("[allocation] after 14 s clean: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1), padding packets \(rig.padding), probes \(rig.h.engine.probesStarted)")
         #expect(rig.h.engine.probesStarted >= 1 && rig.padding > 0)
         #expect(stats.bandwidthLayer == 2)
     }
