@@ -57,20 +57,22 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, binary: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, binary: Path, log_path: Path, env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.binary = binary
         self.env = dict(env or {})
+        self.host = host  # --host: HTTP/WebSocket listen address (test_simulcast_bwe uses a veth's)
         self.port = _free_port()
         self.log_path = log_path
-        self.url = f"ws://127.0.0.1:{self.port}/ws"
-        self.http = f"http://127.0.0.1:{self.port}"
+        self.url = f"ws://{host}:{self.port}/ws"
+        self.http = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen | None = None
         self._log = None
 
     def start(self, timeout: float = 20.0) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
-        cmd = [str(self.binary), "serve", "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "debug"]
+        cmd = [str(self.binary), "serve", "--host", self.host, "--port", str(self.port), "--log-level", "debug"]
         shown_env = "".join(f"{k}={v} " for k, v in sorted(self.env.items()))
         self._log.write(("$ " + shown_env + " ".join(cmd) + "\n").encode())
         self._log.flush()
