@@ -48,17 +48,20 @@ extension MediaEngine {
             let rate = producers[Int(slots[choice])].bitrate
             budget -= rate
             used += rate
-            // A higher receiving layer within the preference: worth a probe.
+            // A higher receiving layer within the preference: worth a probe, at the rate the
+            // highest one needs. (A policer lets a short burst through: a probe for the next
+            // layer up would pass inside that burst and the upgrade then fail; one for the top
+            // layer drains it.)
             if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil {
-                var next = choice + 1
-                while next <= cap {
-                    let at = producers[Int(slots[next])].lastPacketAt
+                var top = cap
+                while top > choice {
+                    let at = producers[Int(slots[top])].lastPacketAt
                     if at != 0, now &- at < Self.layerIdleTime { break }
-                    next += 1
+                    top -= 1
                 }
-                if next <= cap {
+                if top > choice {
                     probeFor = c
-                    probeRate = used - rate + Int(Double(producers[Int(slots[next])].bitrate) * Self.upgradeHeadroom)
+                    probeRate = used - rate + Int(Double(producers[Int(slots[top])].bitrate) * Self.upgradeHeadroom)
                 }
             }
             retarget(c, now: now)

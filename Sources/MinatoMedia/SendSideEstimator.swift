@@ -11,8 +11,9 @@ internal import MinatoWire
 ///   lowers the estimate by half the loss ratio; under 2% lets it grow 8% a second, never
 ///   beyond 1.5 times what the receiver got plus 10 kbit/s (no growth without evidence);
 /// - **probing**: to learn whether a higher rate fits, the engine sends padding for
-///   `probeDuration` at a rate the allocator asks for (`startProbe`); if that window's loss
-///   stays under 5% and no overuse shows, the estimate jumps to the rate the receiver got.
+///   `probeDuration` at a rate the allocator asks for (`startProbe`); if that window's loss,
+///   and its second half's alone, stay under 5% and no overuse shows, the estimate jumps to
+///   the rate the receiver got.
 /// A policer (drops without a queue) shows up as loss only; a bottleneck with a buffer as delay.
 /// Storage is allocated once; `sent` and `received` allocate nothing. Sans-IO.
 struct SendSideEstimator {
@@ -65,12 +66,19 @@ struct SendSideEstimator {
     private var lastIncrease: Nanoseconds = 0
     private var lastDecrease: Nanoseconds = 0
     // Probing.
-    static let probeDuration: Nanoseconds = 300_000_000
+    /// A probe lasts this long unless its losses end it sooner (`received`). Long enough to
+    /// drain the burst of a token-bucket policer (nftables byte limits hold a second of
+    /// traffic) when probing well above its rate.
+    static let probeDuration: Nanoseconds = 1_000_000_000
     /// The rate being probed (bits per second) and the probe's window; 0: none.
     private(set) var probeRate = 0
     private(set) var probeStart: Nanoseconds = 0
     private var probePackets = 0
     private var probeLost = 0
+    /// The probe's second half: a token-bucket policer passes the first part from its burst,
+    /// so losses there tell whether the rate itself fits.
+    private var probeLatePackets = 0
+    private var probeLateLost = 0
     private var probeBytes = 0
     private var probeFirstArrival: Nanoseconds = 0
     private var probeLastArrival: Nanoseconds = 0
@@ -105,9 +113,12 @@ struct SendSideEstimator {
             let sendTime = sentAt[i]
             let inProbe = probeRate != 0 && sendTime >= probeStart && sendTime < probeStart &+ Self.probeDuration
             // A probe's losses judge the probe, not the rate that was known to work.
+            let late = inProbe && sendTime &- probeStart >= Self.probeDuration / 2
             if inProbe { probePackets += 1 } else { windowPackets += 1 }
+            if late { probeLatePackets += 1 }
             guard fate.received else {
                 if inProbe { probeLost += 1 } else { windowLost += 1 }
+                if late { probeLateLost += 1 }
                 continue
             }
             arrival &+= Int64(fate.delta) &* 250_000
@@ -131,7 +142,14 @@ struct SendSideEstimator {
             windowPackets = 0
             windowLost = 0
         }
-        if probeRate != 0, now &- probeStart >= Self.probeDuration &+ 200_000_000 { finishProbe(now: now) }
+        if probeRate != 0 {
+            // Losses during the probe end it at once (less harm to the media sharing the link).
+            if probeLost >= 3, Double(probeLost) > 0.05 * Double(probePackets) {
+                finishProbe(now: now)
+            } else if now &- probeStart >= Self.probeDuration &+ 200_000_000 {
+                finishProbe(now: now)
+            }
+        }
         estimate = min(max(estimate, minimum), maximum)
         return estimate != before
     }
@@ -143,6 +161,8 @@ struct SendSideEstimator {
         probeStart = now
         probePackets = 0
         probeLost = 0
+        probeLatePackets = 0
+        probeLateLost = 0
         probeBytes = 0
         probeFirstArrival = 0
         probeLastArrival = 0
@@ -152,9 +172,9 @@ struct SendSideEstimator {
     /// True while padding should go out for the probe started at `probeStart`.
     func probing(at now: Nanoseconds) -> Bool { probeRate != 0 && now &- probeStart < Self.probeDuration }
 
-    /// When the next probe may start: 2 s after the last, doubling per failure up to 8 s.
+    /// When the next probe may start: 3 s after the last, doubling per failure up to 12 s.
     var nextProbeAllowed: Nanoseconds {
-        lastProbeEnd &+ min(2_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000)
+        lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 12_000_000_000)
     }
 
     /// A probe whose feedback never came (the receiver went away) ends as a failure.
@@ -164,12 +184,16 @@ struct SendSideEstimator {
 
     private mutating func finishProbe(now: Nanoseconds) {
         let loss = probePackets > 0 ? Double(probeLost) / Double(probePackets) : 1
+        let lateLoss = probeLatePackets > 0 ? Double(probeLateLost) / Double(probeLatePackets) : 1
         let span = probeLastArrival > probeFirstArrival ? probeLastArrival - probeFirstArrival : 0
         let got = span >= 100_000_000 ? Int(Double(probeBytes) * 8 / (Double(span) / 1e9)) : 0
-        if probePackets >= 10, loss < 0.05, !probeOveruse, got > 0 {
+        if probePackets >= 10, loss < 0.05, lateLoss < 0.05, !probeOveruse, got > 0 {
             estimate = max(estimate, min(got, probeRate))
             failedProbes = 0
         } else {
+            // A queue (delay grew, little loss) delivered about its capacity during the probe:
+            // that much fits. Loss without delay is a policer, whose burst makes `got` too high.
+            if probeOveruse, loss < 0.05, got > 0 { estimate = max(estimate, got * 85 / 100) }
             failedProbes += 1
         }
         probeRate = 0

@@ -15,6 +15,8 @@ import MinatoWire
         /// draining at `rate` (arrival = when the packet leaves the queue).
         var policer: Bool
         var rate: Int
+        /// The policer's bucket in bits (nftables' byte limits hold about a second of traffic).
+        var burst = 6 * 1200.0 * 8
         var tokens = 0.0
         var lastFill: Nanoseconds = 0
         var queueFree: Nanoseconds = 0
@@ -23,7 +25,6 @@ import MinatoWire
         /// When the packet arrives; nil: dropped.
         mutating func carry(bytes: Int, at now: Nanoseconds) -> Nanoseconds? {
             if policer {
-                let burst = 6 * 1200.0 * 8
                 tokens = min(burst, tokens + Double(now &- lastFill) / 1e9 * Double(rate))
                 lastFill = now
                 guard tokens >= Double(bytes * 8) else { return nil }
@@ -137,14 +138,27 @@ import MinatoWire
         run = Self.probe(&estimator, link: &link, rate: 600_000, from: run.end, sequence: &seq)
         #expect(estimator.failedProbes == 1)
         #expect(estimator.estimate < 500_000)
-        // The policer goes: the next probe (allowed 4 s after a failure) succeeds.
+        // The policer goes: the next probe (allowed 6 s after a failure) succeeds.
         link.rate = 10_000_000
-        #expect(estimator.nextProbeAllowed == estimator.lastProbeEnd + 4_000_000_000)
+        #expect(estimator.nextProbeAllowed == estimator.lastProbeEnd + 6_000_000_000)
         estimator.startProbe(rate: 1_800_000, now: run.end)
         run = Self.probe(&estimator, link: &link, rate: 1_800_000, from: run.end, sequence: &seq)
         print("[estimator] after a clean probe at 1.8 Mbit/s: \(estimator.estimate)")
         #expect(estimator.failedProbes == 0)
         #expect(estimator.estimate >= 1_500_000)
+    }
+
+    @Test func aProbeThatFitsInAPolicersBurstFailsOnItsSecondHalf() {
+        var estimator = SendSideEstimator(initial: 200_000, minimum: 50_000, maximum: 20_000_000)
+        // One second of 300 kbit/s as burst, full after seconds at 150 kbit/s.
+        var link = Link(policer: true, rate: 300_000, burst: 300_000)
+        var seq: UInt16 = 0
+        var run = Self.run(&estimator, link: &link, seconds: 3, from: 1_000_000_000, sequence: &seq)
+        estimator.startProbe(rate: 1_500_000, now: run.end)
+        run = Self.probe(&estimator, link: &link, rate: 1_500_000, from: run.end, sequence: &seq)
+        print("[estimator] probe at 1.5 Mbit/s into a 300 kbit/s policer with a 1 s burst: failed \(estimator.failedProbes), estimate \(estimator.estimate)")
+        #expect(estimator.failedProbes == 1)
+        #expect(estimator.estimate < 500_000)
     }
 
     /// Sends at `rate` for the probe's duration, then 300 ms more at the lowest layer, with feedback.
