@@ -385,7 +385,7 @@ def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
     frozen_share = frozen / window if window > 0 else 1.0
     # After settling: from the sample where the low layer took over to the tail reading.
     settle_probe = settle_time(samples, t_on, LOW)
-    at_settle = next((x for x in rec if settle_probe is not None and x["t"] >= t_on + settle_probe), None)
+    at_settle = next((x for x in pol if settle_probe is not None and x["t"] >= t_on + settle_probe), None)
     settled_window = (t_off - at_settle["t"]) if at_settle else 0.0
     frozen_settled = (tail["policed"]["totalFreezesDuration"] - at_settle["policed"]["totalFreezesDuration"]) if at_settle else None
     frozen_settled_share = frozen_settled / settled_window if at_settle and settled_window > 0 else 1.0
