@@ -141,6 +141,96 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
         return (engine, publisher, subscribers)
     }
 
+    // Simulcast with congestion control: three layers learned by RID, 10 subscribers capped at
+    // different layers, every packet numbered per subscriber transport (transport-wide-cc) and
+    // recorded for the publisher's feedback; every 30 rounds each subscriber's feedback is fed
+    // to its estimator (allocation included) and the timers run (publisher feedback, reports).
+    Benchmark("Simulcast 3 layers 1->10 + transport-wide numbering, feedback and allocation (per round of 3 packets)") { benchmark in
+        let engine = MediaEngine()
+        let publisher = engine.addTransport(router: RouterId(1), feedbackSsrc: 1)
+        var params = ProducerParameters(transport: publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,
+                                        codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true,
+                                        rids: ["l", "m", "h"], ridExtensionId: 10)
+        params.transportSequenceExtensionId = 3
+        let producer = try! engine.addProducer(params)
+        var ids = ExtensionIdMap()
+        ids[3] = 5
+        var subscribers: [TransportIndex] = []
+        for i in 0..<10 {
+            let t = engine.addTransport(router: RouterId(1), feedbackSsrc: UInt32(100 + i))
+            var c = ConsumerParameters(producer: producer, transport: t, ssrc: UInt32(0x2000 + i), payloadType: 100,
+                                       extensionIds: ids, rtxSsrc: UInt32(0x3000 + i), rtxPayloadType: 101,
+                                       preferredLayer: i % 3)
+            c.transportSequenceExtensionId = 5
+            _ = try! engine.addConsumer(c, now: 1)
+            subscribers.append(t)
+        }
+        engine.clearTransmits()
+        // One 1200-byte packet per layer: RID (id 10), transport-wide sequence (id 3), VP8 with PictureID.
+        let layers = (0..<3).map { layer -> UnsafeMutableRawBufferPointer in
+            let b = UnsafeMutableRawBufferPointer.allocate(byteCount: 1200, alignment: 16)
+            b.initializeMemory(as: UInt8.self, repeating: 0)
+            _ = RtpPacketView.writeHeader(into: b, payloadType: 96, sequenceNumber: 1, timestamp: 90_000, ssrc: UInt32(0xA0 + layer))
+            b[0] |= 0x10
+            let ext: [UInt8] = [0xBE, 0xDE, 0x00, 0x02, 0xA0, [0x6C, 0x6D, 0x68][layer], 0x31, 0x00, 0x01, 0x00, 0x00, 0x00]
+            for (i, v) in ext.enumerated() { b[12 + i] = v }
+            let vp8: [UInt8] = [0x90, 0x80, 0x80, 0x01, 0x00]
+            for (i, v) in vp8.enumerated() { b[24 + i] = v }
+            return b
+        }
+        let feedback = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500, alignment: 4)
+        let arrivals = UnsafeMutablePointer<TransportFeedback.Arrival>.allocate(capacity: 256)
+        // Per subscriber: the first transport-wide number not yet fed back, and how many since.
+        var firstUnreported = [UInt16](repeating: 0, count: 10)
+        var unreported = [Int](repeating: 0, count: 10)
+        var now: UInt64 = 1_000_000_000
+        var seq: UInt16 = 1, twcc: UInt16 = 0
+        var round = 0
+        func send(_ keyframe: Bool) {
+            now &+= 11_000_000
+            seq &+= 1
+            for layer in 0..<3 {
+                let b = layers[layer]
+                b.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
+                b.storeBytes(of: twcc.bigEndian, toByteOffset: 19, as: UInt16.self)
+                twcc &+= 1
+                b[28] = keyframe ? 0x00 : 0x01   // VP8 payload header's P bit
+                engine.handleRtp(from: publisher, packet: b, now: now)
+            }
+            for i in 0..<engine.transmitCount {
+                let tx = engine.transmit(at: i)
+                guard !tx.isRtcp, let v = RtpPacketView(UnsafeMutableRawBufferPointer(start: tx.bytes, count: tx.length)),
+                      let n = v.transportSequenceNumber(id: 5), let k = subscribers.firstIndex(of: tx.transport) else { continue }
+                if unreported[k] == 0 { firstUnreported[k] = n }
+                unreported[k] = min(unreported[k] + 1, 256)
+            }
+            engine.clearTransmits()
+        }
+        for _ in 0..<40 { send(true) }   // bind the layers, start every consumer, measure layer rates
+        engine.handleTimeout(now: now)
+        engine.clearTransmits()
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            send(round % 300 == 0)
+            round &+= 1
+            if round % 30 == 0 {
+                for k in 0..<10 where unreported[k] > 0 {
+                    for j in 0..<unreported[k] { arrivals[j] = TransportFeedback.Arrival(delta: j == 0 ? 0 : 4) }
+                    let n = RtcpWriter.transportFeedback(into: feedback, senderSsrc: 7, mediaSsrc: 0x2000, baseSequence: firstUnreported[k],
+                                                         referenceTime: Int32(truncatingIfNeeded: now / 64_000_000), feedbackCount: 0,
+                                                         arrivals: UnsafeBufferPointer(start: arrivals, count: unreported[k])).bytes
+                    engine.handleRtcp(from: subscribers[k], packet: UnsafeRawBufferPointer(rebasing: feedback[0..<n]), now: now)
+                    unreported[k] = 0
+                }
+                engine.handleTimeout(now: now)
+                blackHole(engine.transmitCount)
+                engine.clearTransmits()
+            }
+        }
+        benchmark.stopMeasurement()
+        precondition(engine.transportFeedbackSent > 0, "no transport-wide feedback went to the publisher")
+    }
+
     Benchmark("Retransmission: forward 17 packets 1->1, then a NACK for all 17 answered as RTX (per iteration)") { benchmark in
         let (engine, publisher, subscribers) = engineWithRtx(fanOut: 1)
         let nack = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 4)
