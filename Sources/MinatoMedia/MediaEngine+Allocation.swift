@@ -3,9 +3,11 @@ internal import MinatoWire
 // Bandwidth allocation per subscriber transport: its estimate (`SendSideEstimator`) shared
 // by its consumers, simulcast layers chosen to fit, and probes to find room for a higher one.
 extension MediaEngine {
-    /// Upgrading to a layer needs this much more estimate than the layer's bitrate (so a
-    /// consumer does not flap between two layers at the edge).
-    static let upgradeHeadroom = 1.15
+    /// Upgrading to a layer needs 15% more estimate than the layer's bitrate (so a consumer
+    /// does not flap between two layers at the edge).
+    /// `rate` with the upgrade headroom, in integer arithmetic that cannot overflow.
+    @inline(__always)
+    static func withHeadroom(_ rate: Int) -> Int { rate > Int.max / 2 ? rate : rate + rate / 20 * 3 }
     /// Padding bytes per probe packet (RTP padding, the last byte counts them).
     static let paddingLength = 224
 
@@ -24,8 +26,8 @@ extension MediaEngine {
         for c in transports[t].consumers where consumers[Int(c)].layerSlots.count <= 1 {
             let p = currentSlot(Int(c))
             guard producers[p].active, !producers[p].parameters.paused else { continue }
-            budget -= producers[p].bitrate
-            used += producers[p].bitrate
+            budget &-= producers[p].bitrate
+            used &+= producers[p].bitrate
         }
         var probeFor = -1, probeRate = 0
         for raw in transports[t].consumers where consumers[Int(raw)].layerSlots.count > 1 {
@@ -40,14 +42,14 @@ extension MediaEngine {
                 guard at != 0, now &- at < Self.layerIdleTime else { continue }
                 if lowestLive < 0 { lowestLive = i }
                 let rate = producers[slot].bitrate
-                let need = i > consumers[c].targetLayer ? Int(Double(rate) * Self.upgradeHeadroom) : rate
+                let need = i > consumers[c].targetLayer ? Self.withHeadroom(rate) : rate
                 if need <= budget { choice = i }
             }
             if choice < 0 { choice = max(lowestLive, 0) }
             consumers[c].bandwidthLayer = choice
             let rate = producers[Int(slots[choice])].bitrate
-            budget -= rate
-            used += rate
+            budget &-= rate
+            used &+= rate
             // A higher receiving layer within the preference: worth a probe, at the rate the
             // highest one needs. (A policer lets a short burst through: a probe for the next
             // layer up would pass inside that burst and the upgrade then fail; one for the top
@@ -61,7 +63,7 @@ extension MediaEngine {
                 }
                 if top > choice {
                     probeFor = c
-                    probeRate = used - rate + Int(Double(producers[Int(slots[top])].bitrate) * Self.upgradeHeadroom)
+                    probeRate = used &- rate &+ Self.withHeadroom(producers[Int(slots[top])].bitrate)
                 }
             }
             retarget(c, now: now)
@@ -97,8 +99,8 @@ extension MediaEngine {
             transports[t].probeSliceAt = now
             // Media already sends about the allocated rate; padding fills the rest.
             let media = mediaRate(transport: t)
-            let extra = max(probeRate - media, 0)
-            transports[t].probeCredit += Int(clamping: UInt64(extra) &* elapsed / 8 / 1_000_000_000)
+            let extra = max(probeRate &- media, 0)
+            transports[t].probeCredit &+= Int(clamping: UInt64(extra) &* elapsed / 8 / 1_000_000_000)
             let id = consumers[c].parameters.transportSequenceExtensionId
             let packetLength = 12 + 8 + Self.paddingLength
             while transports[t].probeCredit >= packetLength, transmitCount < outboxSlots {
@@ -117,7 +119,7 @@ extension MediaEngine {
                 slot[packetLength - 1] = UInt8(Self.paddingLength)
                 transports[t].estimator?.sent(sequence, bytes: packetLength, at: now)
                 enqueue(transport: transportIndex(t), length: packetLength, isRtcp: false)
-                transports[t].probeCredit -= packetLength
+                transports[t].probeCredit &-= packetLength
                 paddingPacketsSent &+= 1
             }
             next = min(next, now &+ Self.probeSlice)
@@ -130,7 +132,7 @@ extension MediaEngine {
         var rate = 0
         for c in transports[t].consumers {
             let p = currentSlot(Int(c))
-            if producers[p].active, !producers[p].parameters.paused { rate += producers[p].bitrate }
+            if producers[p].active, !producers[p].parameters.paused { rate &+= producers[p].bitrate }
         }
         return rate
     }

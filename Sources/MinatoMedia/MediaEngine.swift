@@ -622,7 +622,7 @@ public final class MediaEngine {
     @inline(__always)
     public func expectsPacket(_ ssrc: UInt32, _ packet: UnsafeMutableRawBufferPointer, on t: TransportIndex) -> Bool {
         if expectsSsrc(ssrc, on: t) { return true }
-        guard !transports[Int(t.slot)].unboundRids.isEmpty, let view = RtpPacketView(packet) else { return false }
+        guard isActive(t), !transports[Int(t.slot)].unboundRids.isEmpty, let view = RtpPacketView(packet) else { return false }
         return unboundLayer(named: view, on: Int(t.slot)) != nil
     }
     public var activeProducerCount: Int { producers.reduce(0) { $0 + ($1.active ? 1 : 0) } }
