@@ -67,6 +67,24 @@ async def scenario(url: str) -> None:
         assert "m=video notaport" in detail, f"invalidSdp detail should quote the offending line: {detail!r}"
         await still_serves(conn, rid)
 
+        # 3b. simulcast offers Minato cannot take -> invalidParameter naming why, nothing published
+        no_ssrc = re.sub(r"^a=(ssrc|ssrc-group):.*\r\n", "", good, flags=re.M)
+        video_m = no_ssrc.index("m=video")
+        def with_simulcast(lines: str) -> str:
+            end = no_ssrc.find("\r\nm=", video_m + 1)
+            end = len(no_ssrc) if end < 0 else end + 2
+            return no_ssrc[:end] + lines + no_ssrc[end:]
+        for lines, words in (
+                ("a=rid:l send\r\na=rid:h send\r\na=simulcast:send l;h\r\n", "rtp-stream-id"),
+                ("a=extmap:14 urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id\r\na=rid:l send\r\n"
+                 "a=simulcast:send l;z\r\n", "no a=rid:z send line")):
+            resp = await conn.call_raw("publish", {"memberId": x.id, "contentType": "video", "mid": tr.mid,
+                                                   "offer": {"type": "offer", "sdp": with_simulcast(lines)}})
+            err = assert_rpc_error(resp, 400, "invalidParameter")
+            detail = (err.get("data") or {}).get("detail") or ""
+            assert words in detail, f"the simulcast error should say why ({words!r}): {detail!r}"
+            await still_serves(conn, rid)
+
         # 4. unknown publication -> publicationNotFound
         resp = await conn.call_raw("subscribe", {"memberId": x.id, "publicationId": "no-such-publication"})
         assert_rpc_error(resp, 404, "publicationNotFound")
