@@ -25,7 +25,7 @@ import Testing
             d?.setPictureId(0x80, in: b)
         }
         #expect(p[2] == 0x00)
-        var plain: [UInt8] = [0x10, 0x00]
+        let plain: [UInt8] = [0x10, 0x00]
         plain.withUnsafeBytes { #expect(Vp8PayloadDescriptor($0)?.pictureId(in: $0) == nil) }
     }
 
