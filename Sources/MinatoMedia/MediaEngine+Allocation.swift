@@ -20,7 +20,7 @@ extension MediaEngine {
     func allocate(transport t: Int, now: Nanoseconds) {
         // Fields read one by one: a copy of the estimator would share its history buffers, and
         // the next packet recorded in them would then copy them (an allocation).
-        guard transports[t].estimating, let estimate = transports[t].estimator?.estimate else { return }
+        guard transports[t].estimator?.hasFeedback == true, let estimate = transports[t].estimator?.estimate else { return }
         var budget = estimate
         var used = 0
         for c in transports[t].consumers where consumers[Int(c)].layerSlots.count <= 1 {

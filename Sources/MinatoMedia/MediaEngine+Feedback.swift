@@ -26,12 +26,10 @@ extension MediaEngine {
                     if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
                 }
             } else if let feedback = TransportFeedback(p) {
-                if transports[t].estimator != nil {
-                    let changed = transports[t].estimator?.received(feedback, now: now) ?? false
-                    if changed || !transports[t].estimating {
-                        transports[t].estimating = true
-                        allocate(transport: t, now: now)
-                    }
+                // The first feedback, and any that moves the estimate, re-divides it.
+                let first = transports[t].estimator?.hasFeedback == false
+                if let changed = transports[t].estimator?.received(feedback, now: now), changed || first {
+                    allocate(transport: t, now: now)
                 }
             } else if let nack = GenericNack(p) {
                 nacksReceived &+= 1
@@ -141,14 +139,14 @@ extension MediaEngine {
         guard producers[p].parameters.keyFrameRequest != .none else { return }
         let wasPending = producers[p].keyFrames.pending
         if producers[p].keyFrames.request(now: now) {
-            emitKeyFrameRequest(p, cause: cause)
+            emitKeyFrameRequest(p, cause: cause, now: now)
         } else if !wasPending {
             producers[p].pendingKeyFrameCause = cause
         }
         if let due = producers[p].keyFrames.deadline { keyFrameDeadline = min(keyFrameDeadline, due) }
     }
 
-    func emitKeyFrameRequest(_ p: Int, cause: KeyFrameCause) {
+    func emitKeyFrameRequest(_ p: Int, cause: KeyFrameCause, now: Nanoseconds) {
         let params = producers[p].parameters
         producers[p].packetsAtKeyFrameRequest = producers[p].stream.packets
         // A simulcast layer whose SSRC is not known yet cannot be named.
@@ -169,7 +167,6 @@ extension MediaEngine {
         enqueue(transport: params.transport, length: n, isRtcp: true)
         // The sender's other simulcast layers wait: it would ignore a request this close.
         if !producers[p].rid.isEmpty {
-            let now = producers[p].keyFrames.lastSent ?? 0
             for layer in producers[Int(producers[p].group)].layerSlots where Int(layer) != p {
                 producers[Int(layer)].keyFrames.hold(until: now &+ Self.simulcastKeyFrameSpacing)
             }

@@ -30,7 +30,7 @@ extension MediaEngine {
                     // Nothing arrived since the request: the publisher is silent, not losing keyframes.
                     producers[p].keyFrames.stopAwaiting()
                 } else if let due = producers[p].keyFrames.poll(now: now) {
-                    emitKeyFrameRequest(p, cause: due == .retry ? .retry : producers[p].pendingKeyFrameCause)
+                    emitKeyFrameRequest(p, cause: due == .retry ? .retry : producers[p].pendingKeyFrameCause, now: now)
                 }
                 if let due = producers[p].keyFrames.deadline { soonest = min(soonest, due) }
             }
@@ -81,7 +81,7 @@ extension MediaEngine {
                 producers[p].rateAt = now
                 producers[p].bytesAtRate = producers[p].stream.bytes
             }
-            for t in transports.indices where transports[t].active && transports[t].estimating {
+            for t in transports.indices where transports[t].active && transports[t].estimator?.hasFeedback == true {
                 transports[t].estimator?.expireProbe(now: now)
                 allocate(transport: t, now: now)
             }

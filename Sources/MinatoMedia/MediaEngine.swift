@@ -40,11 +40,10 @@ public final class MediaEngine {
         var transportSequenceId: UInt8 = 0
         var feedbackRecorder: TransportFeedbackRecorder?
         /// A subscriber transport: the next transport-wide sequence number to send, its
-        /// bandwidth estimate (once a consumer numbers packets), whether feedback came yet,
-        /// and the consumer whose RTX stream carries probe padding (-1: none).
+        /// bandwidth estimate (once a consumer numbers packets), and the consumer whose RTX
+        /// stream carries probe padding (-1: none).
         var sendSequence: UInt16 = 0
         var estimator: SendSideEstimator?
-        var estimating = false
         var probeConsumer: Int32 = -1
         /// Probe padding owed, in bytes (fractions carried to the next slice).
         var probeCredit = 0
@@ -599,7 +598,9 @@ public final class MediaEngine {
             stats.layerSwitches = co.layerSwitches
             stats.bandwidthLayer = co.bandwidthLayer == Int.max ? nil : co.bandwidthLayer
         }
-        if isActive(t), transports[Int(t.slot)].estimating { stats.estimate = transports[Int(t.slot)].estimator?.estimate }
+        if isActive(t), transports[Int(t.slot)].estimator?.hasFeedback == true {
+            stats.estimate = transports[Int(t.slot)].estimator?.estimate
+        }
         return stats
     }
     public func drops(_ reason: DropReason) -> UInt64 { drops[reason.rawValue] }

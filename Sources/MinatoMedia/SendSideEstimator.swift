@@ -34,6 +34,8 @@ struct SendSideEstimator {
     /// The same over the last 200 ms: what a link that just got narrower still delivers.
     private(set) var recentAckedRate = 0
     private(set) var lastLossRatio = 0.0
+    /// The receiver sent feedback at least once (before, the estimate is only the initial guess).
+    private(set) var hasFeedback = false
     private(set) var overusing = false
 
     // Loss window.
@@ -105,6 +107,7 @@ struct SendSideEstimator {
     /// One transport-wide feedback packet from the receiver. Returns true when the estimate changed.
     mutating func received(_ feedback: TransportFeedback, now: Nanoseconds) -> Bool {
         let before = estimate
+        hasFeedback = true
         // Arrival times on the receiver's clock, in ns (only differences are used).
         var arrival = Int64(feedback.referenceTime) &* 64_000_000
         for (sequence, fate) in feedback {
