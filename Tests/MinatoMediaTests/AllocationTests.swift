@@ -88,22 +88,8 @@ import MinatoWire
             let count = Int(sorted.last!.0 &- base) + 1
             var byOffset = [Nanoseconds?](repeating: nil, count: count)
             for (i, (n, at)) in sorted.enumerated() where !lost(i) { byOffset[Int(n &- base)] = at + 10_000_000 }
-            let reference = (byOffset.compactMap { $0 }.min() ?? first.1) / 64_000_000
-            var previous = reference * 256
-            let arrivals: [TransportFeedback.Arrival] = byOffset.map { at in
-                guard let at else { return .notReceived }
-                let ticks = at / 250_000
-                defer { previous = ticks }
-                return .init(delta: Int32(Int64(ticks) - Int64(previous)))
-            }
-            var bytes = [UInt8](repeating: 0, count: 1500)
-            let n = bytes.withUnsafeMutableBytes { b in
-                arrivals.withUnsafeBufferPointer { a in
-                    RtcpWriter.transportFeedback(into: b, senderSsrc: 0xABCD, mediaSsrc: 0x5000, baseSequence: base,
-                                                 referenceTime: Int32(reference), feedbackCount: 0, arrivals: a).bytes
-                }
-            }
-            bytes.withUnsafeBytes { h.engine.handleRtcp(from: sub, packet: UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: h.now) }
+            let bytes = transportFeedbackPacket(base: base, arrivals: byOffset, fallback: first.1)
+            bytes.withUnsafeBytes { h.engine.handleRtcp(from: sub, packet: $0, now: h.now) }
             unreported.removeAll()
             collect()
         }
@@ -140,7 +126,15 @@ import MinatoWire
 
     @Test func everythingSentOnTheTransportIsNumberedInOneSequence() throws {
         let rig = try Rig()
+        // A second consumer on the same transport (capped at the lowest layer): two streams, one sequence.
+        var ids = ExtensionIdMap()
+        ids[AllocationTests.twcc] = 5
+        var second = ConsumerParameters(producer: rig.producer, transport: rig.sub, ssrc: 0x6000, payloadType: 100,
+                                        extensionIds: ids, preferredLayer: 0)
+        second.transportSequenceExtensionId = 5
+        _ = try rig.h.engine.addConsumer(second, now: rig.h.now)
         rig.send(2, keyframe: true)
+        rig.send(0, keyframe: true)
         rig.run(ms: 1000) { _ in false }
         rig.unreported.removeAll()
         for _ in 0..<20 {
@@ -148,7 +142,7 @@ import MinatoWire
             for layer in 0..<3 { rig.send(layer) }
         }
         let numbers = rig.unreported.map(\.0)
-        #expect(numbers.count == 20)
+        #expect(numbers.count == 40)                                // 20 packets of each stream
         #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $1 == $0 &+ 1 })
     }
 }

@@ -52,14 +52,7 @@ import MinatoWire
         var carry = 0.0
         while now < end {
             layer = layers.lastIndex { $0 <= estimator.estimate } ?? 0
-            // 5 ms ticks: the layer's bytes in 1200-byte packets.
-            carry += Double(layers[layer]) / 8 * 0.005
-            while carry >= 1200 {
-                carry -= 1200
-                estimator.sent(sequence, bytes: 1200, at: now)
-                pending.append((sequence, link.carry(bytes: 1200, at: now)))
-                sequence &+= 1
-            }
+            tick(&estimator, link: &link, rate: layers[layer], carry: &carry, now: now, sequence: &sequence, pending: &pending)
             now += 5_000_000
             if now >= nextFeedback {
                 // The receiver reports what arrived by now, and the losses before it.
@@ -78,27 +71,25 @@ import MinatoWire
         return (estimates, layers.lastIndex { $0 <= estimator.estimate } ?? 0, now)
     }
 
-    /// Writes one feedback packet for `reports` (in sequence order) and hands it to the estimator.
+    /// Hands the receiver's feedback for `reports` (consecutive sequence numbers) to the estimator.
     static func feed(_ estimator: inout SendSideEstimator, _ reports: [(UInt16, Nanoseconds?)], now: Nanoseconds) {
-        let firstArrival = reports.compactMap(\.1).min() ?? now
-        let reference = firstArrival / 64_000_000
-        var previous = reference * 256
-        let arrivals: [TransportFeedback.Arrival] = reports.map { _, at in
-            guard let at else { return .notReceived }
-            let ticks = at / 250_000
-            defer { previous = ticks }
-            return .init(delta: Int32(Int64(ticks) - Int64(previous)))
-        }
-        var bytes = [UInt8](repeating: 0, count: 1500)
-        let n = bytes.withUnsafeMutableBytes { b in
-            arrivals.withUnsafeBufferPointer { a in
-                RtcpWriter.transportFeedback(into: b, senderSsrc: 1, mediaSsrc: 2, baseSequence: reports[0].0,
-                                             referenceTime: Int32(reference), feedbackCount: 0, arrivals: a).bytes
-            }
-        }
+        let bytes = transportFeedbackPacket(base: reports[0].0, arrivals: reports.map(\.1), fallback: now)
         bytes.withUnsafeBytes { b in
-            var it = RtcpIterator(UnsafeRawBufferPointer(rebasing: b[0..<n]))
+            var it = RtcpIterator(b)
             while let p = it.next() { if let f = TransportFeedback(p) { _ = estimator.received(f, now: now) } }
+        }
+    }
+
+    /// 5 ms of sending at `rate` in 1200-byte packets (fractions carried in `carry`): each one
+    /// into the estimator's history and across the link, its fate kept in `pending`.
+    static func tick(_ estimator: inout SendSideEstimator, link: inout Link, rate: Int, carry: inout Double,
+                     now: Nanoseconds, sequence: inout UInt16, pending: inout [(UInt16, Nanoseconds?)]) {
+        carry += Double(rate) / 8 * 0.005
+        while carry >= 1200 {
+            carry -= 1200
+            estimator.sent(sequence, bytes: 1200, at: now)
+            pending.append((sequence, link.carry(bytes: 1200, at: now)))
+            sequence &+= 1
         }
     }
 
@@ -169,13 +160,7 @@ import MinatoWire
         var carry = 0.0
         while now < start + SendSideEstimator.probeDuration + 400_000_000 {
             let r = now < start + SendSideEstimator.probeDuration ? rate : layers[0]
-            carry += Double(r) / 8 * 0.005
-            while carry >= 1200 {
-                carry -= 1200
-                estimator.sent(sequence, bytes: 1200, at: now)
-                pending.append((sequence, link.carry(bytes: 1200, at: now)))
-                sequence &+= 1
-            }
+            tick(&estimator, link: &link, rate: r, carry: &carry, now: now, sequence: &sequence, pending: &pending)
             now += 5_000_000
             if (now - start) % 50_000_000 == 0, let last = pending.lastIndex(where: { $0.1.map { $0 <= now } ?? false }) {
                 feed(&estimator, Array(pending[...last]), now: now)

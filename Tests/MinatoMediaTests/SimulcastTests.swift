@@ -21,6 +21,8 @@ import MinatoWire
         var pictureId: [UInt16] = [5, 9_000, 30_000]
         var tl0: [UInt8] = [1, 100, 250]
         var producer: ProducerId!
+        /// The subscriber transport of `subscribe()`.
+        var sub: TransportIndex!
 
         init(rtx: Bool = false) throws {
             producer = try h.engine.addProducer(ProducerParameters(
@@ -43,6 +45,24 @@ import MinatoWire
                                               tl0: tl0[layer], keyframe: keyframe)
             bytes.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: h.now) }
             return h.drain()
+        }
+
+        /// Every layer sends once (so all are bound and receiving), then a subscriber transport
+        /// gets a consumer (SSRC 0x5000; `preferredLayer` as `ConsumerParameters`); returns it
+        /// with the PLIs its start queued.
+        func subscribe(preferredLayer: Int? = nil) throws -> (consumer: ConsumerId, plis: [UInt32]) {
+            _ = round()
+            sub = h.subscriber()
+            let c = try h.engine.addConsumer(ConsumerParameters(producer: producer, transport: sub, ssrc: 0x5000, payloadType: 100,
+                                                                extensionIds: .identity, preferredLayer: preferredLayer), now: h.now)
+            return (c, SimulcastTests.pliTargets(h.drain()))
+        }
+
+        /// `subscribe()`, then the top layer's keyframe starts the consumer there.
+        func startedOnTop() throws -> ConsumerId {
+            let c = try subscribe().consumer
+            _ = send(2, keyframe: true)
+            return c
         }
 
         /// One packet of each layer, 33 ms apart per round.
@@ -128,11 +148,9 @@ import MinatoWire
 
     @Test func aConsumerStartsOnTheHighestLayerAtItsKeyframe() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
+        let (c, plis) = try pub.subscribe()
         // The top layer is asked for a keyframe (by its SSRC).
-        #expect(Self.pliTargets(pub.h.drain()) == [0xA3])
+        #expect(plis == [0xA3])
         // Delta frames of every layer and a keyframe of a lower layer do not start it.
         #expect(Self.forwarded(pub.round()).isEmpty)
         #expect(Self.forwarded(pub.send(0, keyframe: true)).isEmpty)
@@ -148,11 +166,7 @@ import MinatoWire
 
     @Test func aSwitchWaitsForTheTargetsKeyframeAndKeepsTheStreamContinuous() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
-        _ = pub.h.drain()
-        _ = pub.send(2, keyframe: true)
+        let c = try pub.startedOnTop()
         var last = try #require(Self.forwarded(pub.round()).last)
         // Down to the lowest: its keyframe is requested; the top layer keeps flowing meanwhile.
         // (Requests to two layers of one sender are 350 ms apart: a browser drops the second.)
@@ -194,10 +208,8 @@ import MinatoWire
 
     @Test func requestsToTwoLayersOfOneSenderAreSpacedOut() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
-        #expect(Self.pliTargets(pub.h.drain()) == [0xA3])
+        let (c, plis) = try pub.subscribe()
+        #expect(plis == [0xA3])
         let asked = pub.h.now
         pub.h.engine.setPreferredLayer(c, 0, now: asked &+ 100_000_000)
         #expect(Self.pliTargets(pub.h.drain()).isEmpty)
@@ -208,12 +220,8 @@ import MinatoWire
 
     @Test func aPreferenceAtStartCapsTheLayer() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.engine.addConsumer(ConsumerParameters(producer: pub.producer, transport: sub, ssrc: 0x5000,
-                                                                payloadType: 100, extensionIds: .identity, preferredLayer: 1),
-                                             now: pub.h.now)
-        #expect(Self.pliTargets(pub.h.drain()) == [0xA2])
+        let (c, plis) = try pub.subscribe(preferredLayer: 1)
+        #expect(plis == [0xA2])
         #expect(Self.forwarded(pub.send(2, keyframe: true)).isEmpty)
         #expect(Self.forwarded(pub.send(1, keyframe: true)).count == 1)
         #expect(pub.h.engine.consumerStats(c)?.layer == 1)
@@ -221,11 +229,7 @@ import MinatoWire
 
     @Test func aLayerThatFallsSilentIsLeftForTheNextOneDown() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
-        _ = pub.h.drain()
-        _ = pub.send(2, keyframe: true)
+        let c = try pub.startedOnTop()
         // The publisher stops the top layer (its uplink estimate fell); the others go on.
         var plis: [UInt32] = []
         for _ in 0..<90 {
@@ -243,11 +247,7 @@ import MinatoWire
 
     @Test func aResendAfterASwitchCarriesTheRewrittenPictureId() throws {
         let pub = try Publisher()
-        _ = pub.round()
-        let sub = pub.h.subscriber()
-        let c = try pub.h.consumer(pub.producer, on: sub, ssrc: 0x5000)
-        _ = pub.h.drain()
-        _ = pub.send(2, keyframe: true)
+        let c = try pub.startedOnTop()
         pub.h.engine.setPreferredLayer(c, 0, now: pub.h.now)
         _ = pub.h.drain()
         let first = try #require(Self.forwarded(pub.send(0, keyframe: true)).first)
@@ -257,7 +257,7 @@ import MinatoWire
         let n = nack.withUnsafeMutableBytes { b in
             RtcpWriter.nack(into: b, senderSsrc: 0xABCD, mediaSsrc: 0x5000, pid: first.seq, blp: 0)
         }
-        nack.withUnsafeBytes { pub.h.engine.handleRtcp(from: sub, packet: UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: pub.h.now) }
+        nack.withUnsafeBytes { pub.h.engine.handleRtcp(from: pub.sub, packet: UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: pub.h.now) }
         let resent = try #require(Self.forwarded(pub.h.drain()).first)
         #expect(resent.seq == first.seq && resent.pictureId == first.pictureId && resent.tl0 == first.tl0 && resent.ts == first.ts)
     }
