@@ -251,6 +251,34 @@ async () => {
 """
 
 
+# Methods for a test page's helper object literal (`{ ... /*VIDEO_SUBSCRIPTION*/ }`): `sub()`,
+# the page's one video subscription, and `inbound()`, its inbound-rtp video entry (frame size,
+# frames decoded, freezes, loss, NACK/PLI counts), null before there is one.
+VIDEO_SUBSCRIPTION_METHODS_JS = r"""
+    // The page's one video subscription, and its inbound-rtp video entry (null before one).
+    sub() {
+      const s = [...T.subs.values()].find((x) => x && x.contentType === 'video');
+      return s ? s.subscription : null;
+    },
+    async inbound() {
+      const sub = this.sub();
+      let out = null;
+      if (!sub) return out;
+      (await sub.getStats()).forEach((s) => {
+        if (s.type === 'inbound-rtp' && s.kind === 'video') {
+          out = { frameWidth: s.frameWidth || 0, frameHeight: s.frameHeight || 0, framesDecoded: s.framesDecoded || 0,
+                  framesDropped: s.framesDropped || 0, keyFramesDecoded: s.keyFramesDecoded || 0,
+                  freezeCount: s.freezeCount || 0, totalFreezesDuration: s.totalFreezesDuration || 0,
+                  bytesReceived: s.bytesReceived || 0, packetsReceived: s.packetsReceived || 0,
+                  packetsLost: s.packetsLost || 0, nackCount: s.nackCount || 0, pliCount: s.pliCount || 0,
+                  firCount: s.firCount || 0, fps: s.framesPerSecond || 0, ssrc: s.ssrc };
+        }
+      });
+      return out;
+    },
+"""
+
+
 def close_page(page: Any, log: "PageLog", name: str) -> None:
     """Saves a Chromium page's console log under `name` and closes its context (if not gone yet)."""
     log.save(name)

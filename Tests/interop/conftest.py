@@ -12,6 +12,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -122,15 +123,15 @@ class Server:
         return "\n".join(text[-lines:])
 
 
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest):
+@contextlib.contextmanager
+def running_server(name: str, env: Optional[dict] = None, host: str = "127.0.0.1"):
+    """A Minato server for one test module (log in artifacts/interop/<name>.log), listening on
+    `host`; the module fails if the binary is missing or the server died while it ran."""
     binary = minato_binary()
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(f"Minato server binary not found at {binary}: build it first (`swift build`, "
                     "which makes .build/debug/minato) or set MINATO_BIN to the binary", pytrace=False)
-    name = Path(str(request.node.path)).stem
-    # A test module may set MINATO_SERVER_ENV = {"MINATO_…": "…"} for its server.
-    srv = Server(binary, ARTIFACTS / f"{name}.log", env=getattr(request.module, "MINATO_SERVER_ENV", None))
+    srv = Server(binary, ARTIFACTS / f"{name}.log", env=env, host=host)
     try:
         srv.start()
     except RuntimeError as e:
@@ -140,6 +141,13 @@ def server(request: pytest.FixtureRequest):
     srv.stop()
     if crashed:
         pytest.fail(f"minato died during {name} (exit {srv.proc.returncode})\n{srv.tail()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest):
+    # A test module may set MINATO_SERVER_ENV = {"MINATO_…": "…"} for its server.
+    with running_server(Path(str(request.node.path)).stem, getattr(request.module, "MINATO_SERVER_ENV", None)) as srv:
+        yield srv
 
 
 # ---- browsers, one of each per test module ----------------------------------------------------

@@ -67,6 +67,19 @@ def delete_table(table: str = TABLE) -> None:
     nft(script=f"add table inet {table}\ndelete table inet {table}\n")
 
 
+def rule_counters(listing: str, names: tuple[str, ...] = ("seen", "dropped")) -> dict[str, dict[str, int]]:
+    """The counters of the rules commented `names` in an `nft -j list table …` listing:
+    {name: {"packets", "bytes"}}, zeros for a rule that is not there."""
+    out = {name: {"packets": 0, "bytes": 0} for name in names}
+    for item in json.loads(listing)["nftables"]:
+        rule = item.get("rule")
+        if rule and rule.get("comment") in out:
+            for expr in rule["expr"]:
+                if "counter" in expr:
+                    out[rule["comment"]] = {"packets": expr["counter"]["packets"], "bytes": expr["counter"]["bytes"]}
+    return out
+
+
 class UdpLoss:
     """Random loss of `percent` % (0.1% steps) of UDP packets sent in this namespace: all of
     them, or only those from `sport` and/or to `dport`. A context manager; `counters()` reads
@@ -121,14 +134,8 @@ class UdpLoss:
 
     def counters(self) -> dict[str, int]:
         """{"seen": packets matched, "dropped": packets dropped} since start()."""
-        out = {"seen": 0, "dropped": 0}
-        for item in json.loads(nft("-j", "list", "table", "inet", self.table))["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment") in out:
-                for expr in rule["expr"]:
-                    if "counter" in expr:
-                        out[rule["comment"]] = expr["counter"]["packets"]
-        return out
+        counted = rule_counters(nft("-j", "list", "table", "inet", self.table))
+        return {name: c["packets"] for name, c in counted.items()}
 
     def __enter__(self) -> "UdpLoss":
         return self.start()

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from impair import nft_binary
+from impair import nft_binary, rule_counters
 
 PREFIX = "minato-sub-"
 TABLE = "lab"
@@ -172,14 +172,6 @@ class Lab:
 
     def policer_counters(self) -> dict[str, dict[str, int]]:
         """{"seen": {"packets", "bytes"}, "dropped": {...}} since police(); zeros if not policing."""
-        out = {k: {"packets": 0, "bytes": 0} for k in ("seen", "dropped")}
         if self.policed_rate is None:
-            return out
-        for item in json.loads(self.exec(nft_binary(), "-j", "list", "table", "inet", TABLE))["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment") in out:
-                for expr in rule["expr"]:
-                    if "counter" in expr:
-                        out[rule["comment"]] = {"packets": expr["counter"]["packets"],
-                                                "bytes": expr["counter"]["bytes"]}
-        return out
+            return rule_counters('{"nftables": []}')
+        return rule_counters(self.exec(nft_binary(), "-j", "list", "table", "inet", TABLE))

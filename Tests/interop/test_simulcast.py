@@ -26,7 +26,7 @@ import time
 import pytest
 
 from admin_util import http
-from browser import BROWSER_SERVER_ENV, close_page, sdk_page, wait_js
+from browser import BROWSER_SERVER_ENV, VIDEO_SUBSCRIPTION_METHODS_JS, close_page, sdk_page, wait_js
 from loss_pair import metrics, metrics_delta
 from minato_client import unique_name
 
@@ -109,26 +109,7 @@ HELPERS_JS = r"""
       return { id: pub.id, encodings: pub.encodings, camera: { width: s.width, height: s.height, frameRate: s.frameRate },
                answer };
     },
-    // The subscriber's one video subscription.
-    sub() {
-      const s = [...T.subs.values()].find((x) => x && x.contentType === 'video');
-      return s ? s.subscription : null;
-    },
-    async inbound() {
-      const sub = S.sub();
-      let out = null;
-      if (!sub) return out;
-      (await sub.getStats()).forEach((s) => {
-        if (s.type === 'inbound-rtp' && s.kind === 'video') {
-          out = { frameWidth: s.frameWidth || 0, frameHeight: s.frameHeight || 0, framesDecoded: s.framesDecoded || 0,
-                  keyFramesDecoded: s.keyFramesDecoded || 0, freezeCount: s.freezeCount || 0,
-                  totalFreezesDuration: s.totalFreezesDuration || 0, pliCount: s.pliCount || 0,
-                  firCount: s.firCount || 0, nackCount: s.nackCount || 0, packetsLost: s.packetsLost || 0,
-                  bytesReceived: s.bytesReceived || 0, fps: s.framesPerSecond || 0, ssrc: s.ssrc };
-        }
-      });
-      return out;
-    },
+    /*VIDEO_SUBSCRIPTION*/
     // Polls inbound stats every 100 ms until frameWidth === width; returns when (epoch ms) or null.
     async waitWidth(width, timeoutMs) {
       const t0 = now();
@@ -167,7 +148,7 @@ HELPERS_JS = r"""
   window.S = S;
   return true;
 }
-"""
+""".replace("/*VIDEO_SUBSCRIPTION*/", VIDEO_SUBSCRIPTION_METHODS_JS)
 
 
 def admin_stats(server, room_id: str) -> dict:

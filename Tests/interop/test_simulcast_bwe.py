@@ -37,8 +37,8 @@ import pytest
 
 import browser
 from admin_util import ADMIN_SECRET, http
-from browser import BROWSER_SERVER_ENV, close_page, sdk_page, wait_js
-from conftest import ARTIFACTS, Server, minato_binary
+from browser import BROWSER_SERVER_ENV, VIDEO_SUBSCRIPTION_METHODS_JS, close_page, sdk_page, wait_js
+from conftest import ARTIFACTS, running_server
 from minato_client import unique_name
 from netns import Lab
 
@@ -98,31 +98,12 @@ HELPERS_JS = r"""
       if (!s) throw new Error(`subscribe failed: ${T.errors.join('; ')}`);
       return s.subscription.id;
     },
-    sub() {
-      const s = [...T.subs.values()].find((x) => x && x.contentType === 'video');
-      return s ? s.subscription : null;
-    },
-    async inbound() {
-      const sub = B.sub();
-      let out = null;
-      if (!sub) return out;
-      (await sub.getStats()).forEach((s) => {
-        if (s.type === 'inbound-rtp' && s.kind === 'video') {
-          out = { frameWidth: s.frameWidth || 0, frameHeight: s.frameHeight || 0, framesDecoded: s.framesDecoded || 0,
-                  framesDropped: s.framesDropped || 0, keyFramesDecoded: s.keyFramesDecoded || 0,
-                  freezeCount: s.freezeCount || 0, totalFreezesDuration: s.totalFreezesDuration || 0,
-                  bytesReceived: s.bytesReceived || 0, packetsReceived: s.packetsReceived || 0,
-                  packetsLost: s.packetsLost || 0, nackCount: s.nackCount || 0, pliCount: s.pliCount || 0,
-                  fps: s.framesPerSecond || 0 };
-        }
-      });
-      return out;
-    },
+    /*VIDEO_SUBSCRIPTION*/
   };
   window.B = B;
   return true;
 }
-"""
+""".replace("/*VIDEO_SUBSCRIPTION*/", VIDEO_SUBSCRIPTION_METHODS_JS)
 
 
 # ---- fixtures ---------------------------------------------------------------------------------
@@ -136,20 +117,8 @@ def lab():
 @pytest.fixture(scope="module")
 def server(lab):
     """conftest's server, but listening (HTTP/WS and media) on the veth's address."""
-    binary = minato_binary()
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        pytest.fail(f"Minato server binary not found at {binary}: set MINATO_BIN", pytrace=False)
-    srv = Server(binary, ARTIFACTS / "test_simulcast_bwe.log", env=MINATO_SERVER_ENV, host=lab.host_addr)
-    try:
-        srv.start()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
-    yield srv
-    crashed = not srv.alive()
-    srv.stop()
-    if crashed:
-        pytest.fail(f"minato died during test_simulcast_bwe (exit {srv.proc.returncode})\n{srv.tail()}",
-                    pytrace=False)
+    with running_server("test_simulcast_bwe", MINATO_SERVER_ENV, host=lab.host_addr) as srv:
+        yield srv
 
 
 def launch(pw, server, executable: str):
