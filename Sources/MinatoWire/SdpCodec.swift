@@ -146,9 +146,13 @@ func isSafeTokenByte(_ b: UInt8) -> Bool {
 
 /// True when `mid` is 1–32 characters of `A-Z a-z 0-9 _ -` (what Minato accepts as an
 /// `a=mid` value; RFC 8843 allows more, no browser sends more).
-public func isValidMid<S: StringProtocol>(_ mid: S) -> Bool {
-    let utf8 = mid.utf8
-    guard utf8.count >= 1, utf8.count <= 32 else { return false }
+public func isValidMid<S: StringProtocol>(_ mid: S) -> Bool { isSdpIdentifier(mid, maxLength: 32) }
+
+/// 1...`maxLength` characters of `[A-Za-z0-9_-]`: the identifiers (mid, RID) the SFU writes
+/// back into other peers' SDP.
+public func isSdpIdentifier<S: StringProtocol>(_ s: S, maxLength: Int) -> Bool {
+    let utf8 = s.utf8
+    guard utf8.count >= 1, utf8.count <= maxLength else { return false }
     return utf8.allSatisfy { b in
         (0x30...0x39).contains(b) || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
             || b == UInt8(ascii: "_") || b == UInt8(ascii: "-")

@@ -132,11 +132,7 @@ public enum SfuSdp {
     }
 
     /// 1...16 characters of `[A-Za-z0-9_-]`.
-    public static func isValidRid(_ rid: String) -> Bool {
-        (1...16).contains(rid.utf8.count) && rid.utf8.allSatisfy {
-            ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F
-        }
-    }
+    public static func isValidRid(_ rid: String) -> Bool { isSdpIdentifier(rid, maxLength: 16) }
 
     /// The answer to a sender's offer. Every audio/video m-section with a port and a
     /// forwardable codec is accepted with that one codec, `recvonly` if the sender sends
