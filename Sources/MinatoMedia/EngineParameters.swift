@@ -107,6 +107,10 @@ public struct LayerStats: Sendable, Equatable {
     public var ssrc: UInt32?
     public var packetsReceived: UInt64
     public var bytesReceived: UInt64
+    /// VP8: how many temporal layers (TIDs) the layer carried over the last second (0: no
+    /// temporal index), and each one's bitrate then (bits per second, TID 0 first).
+    public var temporalLayers: Int = 0
+    public var temporalBitrates: [Int] = []
 }
 public struct ConsumerStats: Sendable {
     public var packetsSent: UInt64, bytesSent: UInt64
@@ -128,6 +132,11 @@ public struct ConsumerStats: Sendable {
     public var targetLayer: Int?
     /// Simulcast: layer switches made.
     public var layerSwitches: UInt64 = 0
+    /// VP8 simulcast with temporal layers: the highest TID forwarded now and the one chosen
+    /// (nil: all of them), and temporal switches made.
+    public var temporalLayer: Int?
+    public var targetTemporalLayer: Int?
+    public var temporalLayerSwitches: UInt64 = 0
 }
 
 /// Why a keyframe was requested from a publisher (counted per cause).

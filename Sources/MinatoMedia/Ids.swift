@@ -68,6 +68,11 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case waitingForKeyFrame
     /// A simulcast layer the consumer does not take now (counted once per consumer).
     case layerNotSelected
+    /// A VP8 temporal layer above the one the consumer forwards now (counted once per consumer).
+    case temporalLayerNotSelected
+    /// A late (reordered) packet with no number left in the consumer's stream: it arrived after
+    /// the numbers around it closed up over dropped packets (counted once per consumer).
+    case lateAfterDrop
     case outboxFull
     /// The copy in the outbox did not parse again (cannot happen for a packet that parsed once;
     /// counted rather than assumed).
@@ -103,6 +108,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .producerPaused: return "producer_paused"
         case .waitingForKeyFrame: return "waiting_for_key_frame"
         case .layerNotSelected: return "layer_not_selected"
+        case .temporalLayerNotSelected: return "temporal_layer_not_selected"
+        case .lateAfterDrop: return "late_after_drop"
         case .outboxFull: return "outbox_full"
         case .reparseFailed: return "reparse_failed"
         case .noSrtpSession: return "no_srtp_session"

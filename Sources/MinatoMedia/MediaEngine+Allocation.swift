@@ -36,24 +36,34 @@ extension MediaEngine {
             guard producers[Int(slots[0])].active, !producers[Int(slots[0])].parameters.paused else { continue }
             let cap = min(consumers[c].preferredLayer, slots.count - 1)
             var choice = -1, lowestLive = -1
+            let temporalCut = consumers[c].targetTemporalLayer != Int.max
             for i in 0...cap {
                 let slot = Int(slots[i])
                 let at = producers[slot].lastPacketAt
                 guard at != 0, now &- at < Self.layerIdleTime else { continue }
                 if lowestLive < 0 { lowestLive = i }
                 let rate = producers[slot].bitrate
-                let need = i > consumers[c].targetLayer ? Self.withHeadroom(rate) : rate
+                // Up a layer, or to the whole of a layer whose temporal layers were cut.
+                let upgrade = i > consumers[c].targetLayer || (temporalCut && i == consumers[c].targetLayer)
+                let need = upgrade ? Self.withHeadroom(rate) : rate
                 if need <= budget { choice = i }
             }
-            if choice < 0 { choice = max(lowestLive, 0) }
+            var temporal = Int.max
+            if choice < 0 {
+                // Not even the lowest layer fits whole: fewer of its temporal layers (a lower
+                // frame rate) rather than losses, when it has them.
+                choice = max(lowestLive, 0)
+                temporal = temporalLayerFitting(c, slot: Int(slots[choice]), budget: budget)
+            }
             consumers[c].bandwidthLayer = choice
-            let rate = producers[Int(slots[choice])].bitrate
+            consumers[c].targetTemporalLayer = temporal
+            let rate = forwardedRate(slot: Int(slots[choice]), temporalLayer: temporal)
             budget &-= rate
             used &+= rate
-            // A higher receiving layer within the preference: worth a probe, at the rate the
-            // highest one needs. (A policer lets a short burst through: a probe for the next
-            // layer up would pass inside that burst and the upgrade then fail; one for the top
-            // layer drains it.)
+            // A higher receiving layer within the preference (or the whole of this one): worth a
+            // probe, at the rate the highest one needs. (A policer lets a short burst through: a
+            // probe for the next layer up would pass inside that burst and the upgrade then
+            // fail; one for the top layer drains it.)
             if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil {
                 var top = cap
                 while top > choice {
@@ -61,7 +71,7 @@ extension MediaEngine {
                     if at != 0, now &- at < Self.layerIdleTime { break }
                     top -= 1
                 }
-                if top > choice {
+                if top > choice || temporal != Int.max {
                     probeFor = c
                     probeRate = used &- rate &+ Self.withHeadroom(producers[Int(slots[top])].bitrate)
                 }
@@ -127,13 +137,42 @@ extension MediaEngine {
         probeDeadline = next
     }
 
-    /// What transport `t`'s consumers send now: the bitrate of each one's current layer.
+    /// What transport `t`'s consumers send now: the bitrate of each one's current layer (and
+    /// temporal layers).
     func mediaRate(transport t: Int) -> Int {
         var rate = 0
         for c in transports[t].consumers {
             let p = currentSlot(Int(c))
-            if producers[p].active, !producers[p].parameters.paused { rate &+= producers[p].bitrate }
+            if producers[p].active, !producers[p].parameters.paused {
+                rate &+= forwardedRate(slot: p, temporalLayer: consumers[Int(c)].temporalLayer)
+            }
         }
         return rate
+    }
+
+    /// The bitrate of producer slot `slot` up to and including TID `temporalLayer` (`Int.max`,
+    /// or a stream without temporal layers: all of it).
+    func forwardedRate(slot: Int, temporalLayer: Int) -> Int {
+        let layers = producers[slot].temporalLayers
+        guard temporalLayer < layers - 1 else { return producers[slot].bitrate }
+        var rate = 0
+        for tid in 0...max(temporalLayer, 0) { rate &+= producers[slot].temporalBitrates[tid] }
+        return rate
+    }
+
+    /// The highest temporal layer of slot `slot` whose rate (with those below it) fits
+    /// `budget`, with the upgrade headroom above consumer `c`'s current target; TID 0 when
+    /// none does; `Int.max` (all) for a stream without temporal layers.
+    func temporalLayerFitting(_ c: Int, slot: Int, budget: Int) -> Int {
+        let layers = producers[slot].temporalLayers
+        guard layers > 1 else { return Int.max }
+        var rate = 0, fit = 0
+        for tid in 0..<layers {
+            rate &+= producers[slot].temporalBitrates[tid]
+            let need = tid > consumers[c].targetTemporalLayer ? Self.withHeadroom(rate) : rate
+            guard need <= budget else { break }
+            fit = tid
+        }
+        return fit == layers - 1 ? Int.max : fit
     }
 }

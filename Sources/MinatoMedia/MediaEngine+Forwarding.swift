@@ -136,6 +136,19 @@ extension MediaEngine {
             producers[p].keyFrames.keyFrameArrived()
             if due == keyFrameDeadline { keyFrameDeadline = soonestKeyFrameDeadline() }
         }
+        // VP8 temporal layers: which one this packet belongs to (-1: no temporal index).
+        var tid = -1, startsFrame = false, layerSync = false
+        var pictureId: UInt16?
+        if isVideo, producers[p].parameters.codec == .vp8 {
+            let payload = UnsafeRawBufferPointer(view.payload)
+            if let d = Vp8PayloadDescriptor(payload), let t = d.temporalLayer(in: payload) {
+                tid = Int(t)
+                startsFrame = d.startsFrame(in: payload)
+                layerSync = d.isLayerSync(in: payload)
+                pictureId = d.pictureId(in: payload)
+                producers[p].temporalBytes[tid] &+= UInt64(view.buffer.count)
+            }
+        }
         // RED reduced to its primary block, for consumers that did not negotiate RED.
         let primary = isRed ? RedPayload.primary(in: UnsafeRawBufferPointer(view.payload)) : nil
         guard let source = UnsafeRawPointer(view.buffer.baseAddress) else { drops[DropReason.malformedRtp.rawValue] &+= 1; return }
@@ -161,6 +174,25 @@ extension MediaEngine {
                 }
                 consumers[c].waitingForKeyFrame = false
             }
+            if tid >= 0, consumers[c].rewritesPictureIds {
+                // Temporal layers switch at frame starts, without a keyframe: down at any frame
+                // (lower layers never refer to higher ones); up one layer at a time, at a
+                // layer-sync frame of the next layer (it refers only to TID 0, and later frames
+                // of its layer refer to it), or to the target at a keyframe.
+                let current = consumers[c].temporalLayer, target = consumers[c].targetTemporalLayer
+                if startsFrame, target != current,
+                   target < current || isKey || (layerSync && tid == current &+ 1 && tid <= target) {
+                    consumers[c].temporalLayer = target < current || isKey ? target : tid
+                    consumers[c].temporalSwitches &+= 1
+                }
+                if tid > consumers[c].temporalLayer {
+                    // Left out without a trace: later numbers close up over it.
+                    consumers[c].rewriter.drop(sequence: sequence)
+                    if let pictureId { consumers[c].pictureIds.drop(pictureId: pictureId) }
+                    drops[DropReason.temporalLayerNotSelected.rawValue] &+= 1
+                    continue
+                }
+            }
             guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; continue }
             let slot = outbox + transmitCount * Self.slotSize
             var length = view.buffer.count
@@ -184,7 +216,9 @@ extension MediaEngine {
             guard let out = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
                 drops[DropReason.reparseFailed.rawValue] &+= 1; continue
             }
-            let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now)
+            guard let (outSeq, outTs) = consumers[c].rewriter.rewrite(sequence: sequence, timestamp: timestamp, now: now) else {
+                drops[DropReason.lateAfterDrop.rawValue] &+= 1; continue
+            }
             out.ssrc = consumers[c].parameters.ssrc
             out.payloadType = payloadType
             out.sequenceNumber = outSeq

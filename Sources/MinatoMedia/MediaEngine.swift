@@ -94,6 +94,12 @@ public final class MediaEngine {
         var bitrate = 0
         var bytesAtRate: UInt64 = 0
         var rateAt: Nanoseconds = 0
+        /// VP8 with temporal layers: bytes received per TID (0...3) since the last rate tick,
+        /// the bitrate of each TID over the last interval, and how many TIDs it carried (0: the
+        /// stream has no temporal index).
+        var temporalBytes = SIMD4<UInt64>()
+        var temporalBitrates = SIMD4<Int>()
+        var temporalLayers = 0
     }
 
     struct Consumer {
@@ -130,9 +136,15 @@ public final class MediaEngine {
         /// The highest layer the transport's bandwidth estimate allows (`allocate`).
         var bandwidthLayer = Int.max
         var layerSwitches: UInt64 = 0
-        /// VP8 simulcast: PictureID/TL0PICIDX kept continuous across layer switches.
+        /// VP8 simulcast: PictureID/TL0PICIDX kept continuous across layer switches and
+        /// dropped temporal layers.
         var pictureIds = PictureIdRewriter()
         var rewritesPictureIds = false
+        /// VP8 simulcast: the highest temporal layer (TID) forwarded now and the one to move to
+        /// (`Int.max`: all), chosen by `allocate`; up at a layer-sync frame, down at any frame.
+        var temporalLayer = Int.max
+        var targetTemporalLayer = Int.max
+        var temporalSwitches: UInt64 = 0
     }
 
     /// A simulcast layer that received nothing for this long is not chosen for a consumer
@@ -573,9 +585,12 @@ public final class MediaEngine {
             stats.jitter = pr.stream.jitter
             if !pr.rid.isEmpty {
                 let bound = pr.parameters.ssrc != 0 || pr.stream.packets > 0
+                let tids = pr.temporalLayers
                 stats.layers.append(LayerStats(rid: String(decoding: pr.rid, as: UTF8.self),
                                                ssrc: bound ? pr.parameters.ssrc : nil,
-                                               packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes))
+                                               packetsReceived: pr.stream.packets, bytesReceived: pr.stream.bytes,
+                                               temporalLayers: tids,
+                                               temporalBitrates: (0..<tids).map { pr.temporalBitrates[$0] }))
             }
         }
         return stats
@@ -597,6 +612,9 @@ public final class MediaEngine {
             stats.targetLayer = co.targetLayer
             stats.layerSwitches = co.layerSwitches
             stats.bandwidthLayer = co.bandwidthLayer == Int.max ? nil : co.bandwidthLayer
+            stats.temporalLayer = co.temporalLayer == Int.max ? nil : co.temporalLayer
+            stats.targetTemporalLayer = co.targetTemporalLayer == Int.max ? nil : co.targetTemporalLayer
+            stats.temporalLayerSwitches = co.temporalSwitches
         }
         if isActive(t), transports[Int(t.slot)].estimator?.hasFeedback == true {
             stats.estimate = transports[Int(t.slot)].estimator?.estimate

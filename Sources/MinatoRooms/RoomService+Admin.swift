@@ -151,6 +151,8 @@ extension RoomService {
                  var o: [String: JSONValue] = ["rid": .string(l.rid), "packetsReceived": .int(Int(clamping: l.packetsReceived)),
                                                "bytesReceived": .int(Int(clamping: l.bytesReceived))]
                  if let ssrc = l.ssrc { o["ssrc"] = .int(Int(ssrc)) }
+                o["temporalLayers"] = .int(l.temporalLayers)
+                o["temporalBitrates"] = .array(l.temporalBitrates.map { .int($0) })
                  return .object(o)
              })]
         }
@@ -170,6 +172,10 @@ extension RoomService {
                 o["targetLayer"] = .int(target)
                 o["layerSwitches"] = .int(Int(clamping: s.layerSwitches))
                 o["bandwidthLayer"] = s.bandwidthLayer.map { .int($0) } ?? .null
+                // VP8 temporal layers: the highest forwarded and the one chosen (null: all).
+                o["temporalLayer"] = s.temporalLayer.map { .int($0) } ?? .null
+                o["targetTemporalLayer"] = s.targetTemporalLayer.map { .int($0) } ?? .null
+                o["temporalLayerSwitches"] = .int(Int(clamping: s.temporalLayerSwitches))
             }
             return .object(o)
         }

@@ -74,4 +74,17 @@ public struct Vp8PayloadDescriptor: Sendable, Equatable {
     public func temporalLayer(in p: UnsafeRawBufferPointer) -> UInt8? {
         temporalOffset == 0 ? nil : p[temporalOffset] >> 6
     }
+
+    /// True when the packet starts a frame: S bit set and partition index 0.
+    @inlinable
+    public func startsFrame(in p: UnsafeRawBufferPointer) -> Bool {
+        p.count > 0 && p[0] & 0x1F == 0x10
+    }
+
+    /// The Y bit (layer sync): the frame refers only to base-layer (TID 0) frames, so a
+    /// receiver of the lower layers alone can start taking its layer here. False without T.
+    @inlinable
+    public func isLayerSync(in p: UnsafeRawBufferPointer) -> Bool {
+        temporalOffset != 0 && temporalOffset < p.count && p[temporalOffset] & 0x20 != 0
+    }
 }

@@ -19,8 +19,17 @@ import MinatoWire
         /// Transport-wide sequence numbers the subscriber got since the last feedback, with their time.
         var unreported: [(UInt16, Nanoseconds)] = []
         var padding = 0
+        /// VP8 temporal layers (libwebrtc's three-layer pattern) in each layer's descriptor, and
+        /// each layer's payload size.
+        let temporal: Bool
+        let sizes: [Int]
+        var frames = [0, 0, 0]
+        /// TIDs of the packets the subscriber got (media on the consumer's SSRC).
+        var tids: [UInt8] = []
 
-        init() throws {
+        init(temporal: Bool = false, sizes: [Int] = AllocationTests.sizes) throws {
+            self.temporal = temporal
+            self.sizes = sizes
             var p = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,
                                        codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true,
                                        rids: SimulcastTests.rids, ridExtensionId: SimulcastTests.ridExtension)
@@ -53,7 +62,14 @@ import MinatoWire
             twccNext &+= 1
             while ext.count % 4 != 0 { ext.append(0) }
             bytes += [0xBE, 0xDE, 0, UInt8(ext.count / 4)] + ext
-            bytes += [0x10, keyframe ? 0x00 : 0x01] + [UInt8](repeating: 0x55, count: AllocationTests.sizes[layer])
+            if temporal {
+                let (tid, sync) = keyframe ? (0, false) : TemporalLayerTests.pattern[frames[layer] % 8]
+                frames[layer] += 1
+                bytes += [0x90, 0x20, tid << 6 | (sync ? 0x20 : 0)]
+            } else {
+                bytes += [0x10]
+            }
+            bytes += [keyframe ? 0x00 : 0x01] + [UInt8](repeating: 0x55, count: sizes[layer])
             bytes.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: h.now) }
             collect()
         }
@@ -64,6 +80,10 @@ import MinatoWire
                 copy.withUnsafeMutableBytes { b in
                     guard let v = RtpPacketView(b), let n = v.transportSequenceNumber(id: 5) else { return }
                     if v.ssrc == 0x5001, v.hasPadding { padding += 1 }
+                    let payload = UnsafeRawBufferPointer(v.payload)
+                    if v.ssrc == 0x5000, let d = Vp8PayloadDescriptor(payload), let tid = d.temporalLayer(in: payload) {
+                        tids.append(tid)
+                    }
                     unreported.append((n, h.now))
                 }
             }
@@ -122,6 +142,32 @@ import MinatoWire
         print("[allocation] after 14 s clean: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1), padding packets \(rig.padding), probes \(rig.h.engine.probesStarted)")
         #expect(rig.h.engine.probesStarted >= 1 && rig.padding > 0)
         #expect(stats.bandwidthLayer == 2)
+    }
+
+    @Test func belowTheLowestLayersRateTheConsumerGetsItsLowerTemporalLayers() throws {
+        // The lowest layer alone is ~250 kbit/s (1000 bytes at 30 frames/s): TID 0 a quarter of it.
+        let rig = try Rig(temporal: true, sizes: [1000, 1100, 1200])
+        rig.send(2, keyframe: true)
+        rig.run(ms: 1500) { _ in false }
+        #expect(rig.h.engine.consumerStats(rig.consumer)?.layer == 2)
+        // Heavy loss: down to the lowest layer, and then below its whole rate.
+        rig.run(ms: 2000) { $0 % 4 != 0 }
+        #expect(rig.h.engine.producerStats(rig.producer)?.layers.map(\.temporalLayers) == [3, 3, 3])
+        rig.send(0, keyframe: true)
+        rig.run(ms: 3000) { $0 % 4 != 0 }
+        var stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        print("[allocation] temporal: after loss estimate \(stats.estimate ?? -1), layer \(stats.layer ?? -1), temporal layer \(stats.temporalLayer ?? -1) (target \(stats.targetTemporalLayer ?? -1))")
+        #expect(stats.layer == 0)
+        let cut = try #require(stats.targetTemporalLayer)
+        #expect(cut < 2 && stats.temporalLayer == cut)
+        rig.tids.removeAll()
+        rig.run(ms: 1000) { $0 % 4 != 0 }
+        #expect(!rig.tids.isEmpty && rig.tids.allSatisfy { Int($0) <= cut })
+        // Clean: the whole of the layer again, then the layers above.
+        rig.run(ms: 14000) { _ in false }
+        stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        print("[allocation] temporal: after 14 s clean estimate \(stats.estimate ?? -1), target layer \(stats.targetLayer ?? -1), temporal target \(stats.targetTemporalLayer ?? -1), temporal switches \(stats.temporalLayerSwitches)")
+        #expect(stats.targetTemporalLayer == nil && stats.bandwidthLayer == 2)
     }
 
     @Test func everythingSentOnTheTransportIsNumberedInOneSequence() throws {

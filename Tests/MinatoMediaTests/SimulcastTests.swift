@@ -73,9 +73,11 @@ import MinatoWire
     }
 
     /// An RTP packet with a one-byte-header extension block (the RID, when given) and a VP8
-    /// descriptor with a 15-bit PictureID, TL0PICIDX and TID 0.
+    /// descriptor with a 15-bit PictureID, TL0PICIDX and a temporal index (`tid`, its layer-sync
+    /// bit `sync`); `start`: the first packet of its frame.
     static func packet(ssrc: UInt32, seq: UInt16, ts: UInt32, rid: String?, pictureId: UInt16, tl0: UInt8,
-                       keyframe: Bool, payloadType: UInt8 = 96) -> [UInt8] {
+                       keyframe: Bool, payloadType: UInt8 = 96, tid: UInt8 = 0, sync: Bool = true,
+                       start: Bool = true) -> [UInt8] {
         var ext: [UInt8] = []
         if let rid {
             let r = Array(rid.utf8)
@@ -90,7 +92,8 @@ import MinatoWire
             header[0] |= 0x10
             header += [0xBE, 0xDE, 0, UInt8(ext.count / 4)] + ext
         }
-        let descriptor: [UInt8] = [0x90, 0xE0, 0x80 | UInt8(pictureId >> 8), UInt8(pictureId & 0xFF), tl0, 0x20,
+        let descriptor: [UInt8] = [start ? 0x90 : 0x80, 0xE0, 0x80 | UInt8(pictureId >> 8), UInt8(pictureId & 0xFF), tl0,
+                                   tid << 6 | (sync ? 0x20 : 0),
                                    keyframe ? 0x00 : 0x01, 0x55, 0x55]
         return header + descriptor
     }
