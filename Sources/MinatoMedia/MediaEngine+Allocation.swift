@@ -60,10 +60,15 @@ extension MediaEngine {
             let rate = forwardedRate(slot: Int(slots[choice]), temporalLayer: temporal)
             budget &-= rate
             used &+= rate
-            // A higher receiving layer within the preference (or the whole of this one): worth a
-            // probe, at the rate the highest one needs. (A policer lets a short burst through: a
-            // probe for the next layer up would pass inside that burst and the upgrade then
-            // fail; one for the top layer drains it.)
+            // A higher receiving layer within the preference: worth a probe, at the rate the
+            // highest one needs. (A policer lets a short burst through: a probe for the next
+            // layer up would pass inside that burst and the upgrade then fail; one for the top
+            // layer drains it.) With this layer's temporal layers cut, the probe is for the whole
+            // of it first: the estimate cannot grow past what the cut stream delivers (it is
+            // capped by the acknowledged rate), and a top-layer probe fails on any link that
+            // needed the cut, so without this step the cut would outlast its cause.
+            // Going from a cut to the whole layer costs no keyframe, so a probe fooled by a
+            // burst costs little.
             if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil {
                 var top = cap
                 while top > choice {
@@ -73,7 +78,8 @@ extension MediaEngine {
                 }
                 if top > choice || temporal != Int.max {
                     probeFor = c
-                    probeRate = used &- rate &+ Self.withHeadroom(producers[Int(slots[top])].bitrate)
+                    let goal = temporal != Int.max ? choice : top
+                    probeRate = used &- rate &+ Self.withHeadroom(producers[Int(slots[goal])].bitrate)
                 }
             }
             retarget(c, now: now)

@@ -88,6 +88,12 @@ struct SendSideEstimator {
     /// Probes that failed in a row (the next waits longer) and when the last one ended.
     private(set) var failedProbes = 0
     private(set) var lastProbeEnd: Nanoseconds = 0
+    /// While a probe runs and for `probeFeedbackGrace` after it, the estimate does not fall
+    /// below what it was when the probe started: the loss and delay then are the probe's own
+    /// (its padding on top of the media), and a failed probe means "no more room", not "less".
+    private var probeFloor = 0
+    private var probeFloorUntil: Nanoseconds = 0
+    static let probeFeedbackGrace: Nanoseconds = 500_000_000
 
     init(initial: Int, minimum: Int, maximum: Int) {
         self.minimum = max(minimum, 10_000)
@@ -117,6 +123,16 @@ struct SendSideEstimator {
             let inProbe = probeRate != 0 && sendTime >= probeStart && sendTime < probeStart &+ Self.probeDuration
             // A probe's losses judge the probe, not the rate that was known to work.
             let late = inProbe && sendTime &- probeStart >= Self.probeDuration / 2
+            // Sent while a probe that has ended ran (its last reports): the probe's fate is
+            // decided and its losses are not the media's, so they count for neither.
+            let afterProbe = probeRate == 0 && probeStart != 0 && sendTime >= probeStart && sendTime < lastProbeEnd
+            if afterProbe {
+                if fate.received {
+                    arrival &+= Int64(fate.delta) &* 250_000
+                    sentAt[i] = 0
+                }
+                continue
+            }
             if inProbe { probePackets += 1 } else { windowPackets += 1 }
             if late { probeLatePackets += 1 }
             guard fate.received else {
@@ -153,6 +169,7 @@ struct SendSideEstimator {
                 finishProbe(now: now)
             }
         }
+        if probeRate != 0 || now < probeFloorUntil { estimate = max(estimate, probeFloor) }
         estimate = min(max(estimate, minimum), maximum)
         return estimate != before
     }
@@ -162,6 +179,7 @@ struct SendSideEstimator {
         guard probeRate == 0 else { return }
         probeRate = min(rate, maximum)
         probeStart = now
+        probeFloor = estimate
         probePackets = 0
         probeLost = 0
         probeLatePackets = 0
@@ -175,9 +193,11 @@ struct SendSideEstimator {
     /// True while padding should go out for the probe started at `probeStart`.
     func probing(at now: Nanoseconds) -> Bool { probeRate != 0 && now &- probeStart < Self.probeDuration }
 
-    /// When the next probe may start: 3 s after the last, doubling per failure up to 12 s.
+    /// When the next probe may start: 3 s after the last, 6 s after a failure, 8 s after more
+    /// (a link that recovers is found within about 8 s; a failed probe costs a constrained
+    /// link under a second of loss, then ends).
     var nextProbeAllowed: Nanoseconds {
-        lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 12_000_000_000)
+        lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000)
     }
 
     /// A probe whose feedback never came (the receiver went away) ends as a failure.
@@ -201,6 +221,7 @@ struct SendSideEstimator {
         }
         probeRate = 0
         lastProbeEnd = now
+        probeFloorUntil = now &+ Self.probeFeedbackGrace
     }
 
     /// Counts a received packet at its arrival time (the receiver's clock): what the path delivered.

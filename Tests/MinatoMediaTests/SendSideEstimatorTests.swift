@@ -145,21 +145,26 @@ import MinatoWire
         var link = Link(policer: true, rate: 300_000, burst: 300_000)
         var seq: UInt16 = 0
         var run = Self.run(&estimator, link: &link, seconds: 3, from: 1_000_000_000, sequence: &seq)
+        let before = estimator.estimate
         estimator.startProbe(rate: 1_500_000, now: run.end)
         run = Self.probe(&estimator, link: &link, rate: 1_500_000, from: run.end, sequence: &seq)
-        print("[estimator] probe at 1.5 Mbit/s into a 300 kbit/s policer with a 1 s burst: failed \(estimator.failedProbes), estimate \(estimator.estimate)")
+        print("[estimator] probe at 1.5 Mbit/s into a 300 kbit/s policer with a 1 s burst: failed \(estimator.failedProbes), estimate \(estimator.estimate) (before it \(before))")
         #expect(estimator.failedProbes == 1)
         #expect(estimator.estimate < 500_000)
+        // The probe's own losses do not lower the estimate: a failed probe means no more room, not less.
+        #expect(estimator.estimate >= before)
     }
 
-    /// Sends at `rate` for the probe's duration, then 300 ms more at the lowest layer, with feedback.
+    /// Sends at `rate` while the probe runs (as the engine's padding: it stops when the probe
+    /// ends early on losses), then at the lowest layer until 400 ms after the probe's duration,
+    /// with feedback.
     static func probe(_ estimator: inout SendSideEstimator, link: inout Link, rate: Int, from start: Nanoseconds,
                       sequence: inout UInt16) -> (estimates: [Int], layer: Int, end: Nanoseconds) {
         var now = start
         var pending: [(UInt16, Nanoseconds?)] = []
         var carry = 0.0
         while now < start + SendSideEstimator.probeDuration + 400_000_000 {
-            let r = now < start + SendSideEstimator.probeDuration ? rate : layers[0]
+            let r = estimator.probing(at: now) ? rate : layers[0]
             tick(&estimator, link: &link, rate: r, carry: &carry, now: now, sequence: &sequence, pending: &pending)
             now += 5_000_000
             if (now - start) % 50_000_000 == 0, let last = pending.lastIndex(where: { $0.1.map { $0 <= now } ?? false }) {

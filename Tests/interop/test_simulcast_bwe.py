@@ -1,4 +1,5 @@
-"""Congestion control for subscribers under a real bandwidth limit: a Chromium publisher sends
+"""Congestion control for subscribers under a real bandwidth limit (two tests; the second, below
+the lowest layer's rate, is described at its function): a Chromium publisher sends
 three simulcast layers (l/m/h of a 1280x720 fake camera: 320, 640, 1280 wide) and two Chromium
 subscribers watch them. One is unconstrained; the other runs on a second "host" (netns.Lab: its
 own network namespace behind a veth pair, 198.18.0.2 -> the server on 198.18.0.1) whose input is
@@ -254,12 +255,9 @@ def plot(samples: list[dict], t_on: float, t_off: float, path) -> str:
 
 # ---- the test ---------------------------------------------------------------------------------
 
-def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
-        server, lab, chromium, chromium_policed, pages, capsys):
-    def say(*lines: str) -> None:
-        with capsys.disabled():
-            print("\n".join(lines))
-
+def start_room(server, lab, chromium, chromium_policed, pages, say) -> tuple[str, dict, dict]:
+    """A room with the simulcast publisher and both subscribers decoding the top layer (the
+    policed one really on the lab's host): (room id, publication info, {who: (page, subscription id)})."""
     room = unique_name("bwe")
     pub = pages(chromium, server, "bwe-pub")
     pub.evaluate("T.connect()")
@@ -294,15 +292,30 @@ def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
     say(f"\n[bwe] room {room_id}; publication {info['id']} camera {info['camera']}; policed subscriber's local "
         f"candidate {local['selected']} (lab namespace {lab.name}, veth {lab.host_if}<->{lab.peer_if}); both at {TOP} wide")
     assert local["selected"] == lab.peer_addr, f"the policed subscriber's candidates: {local}, not {lab.peer_addr}"
+    return room_id, info, subs
+
+
+def room_stats(server, room_id: str) -> dict:
+    r = http("GET", f"{server.http}/v1/rooms/{room_id}/stats", bearer=ADMIN_SECRET)
+    return r.json if r.status == 200 else {"error": r.status}
+
+
+def subscription_stats(stats: dict, sub_id: str) -> dict:
+    if "error" in stats:
+        return stats
+    return next((s for s in stats.get("subscriptionStats", []) if s.get("subscriptionId") == sub_id), {})
+
+
+def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
+        server, lab, chromium, chromium_policed, pages, capsys):
+    def say(*lines: str) -> None:
+        with capsys.disabled():
+            print("\n".join(lines))
+
+    room_id, info, subs = start_room(server, lab, chromium, chromium_policed, pages, say)
 
     def admin_sub() -> dict:
-        r = http("GET", f"{server.http}/v1/rooms/{room_id}/stats", bearer=ADMIN_SECRET)
-        if r.status != 200:
-            return {"error": r.status}
-        for s in r.json.get("subscriptionStats", []):
-            if s.get("subscriptionId") == subs["policed"][1]:
-                return s
-        return {}
+        return subscription_stats(room_stats(server, room_id), subs["policed"][1])
 
     samples: list[dict] = []
     t0 = time.monotonic()
@@ -456,4 +469,128 @@ def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
         failures.append("the server reported no estimateBps for the policed subscriber")
     if not has_layers:
         failures.append("the server reported no layer stats")
+    assert not failures, "; ".join(failures)
+
+
+# ---- below the lowest layer: temporal layers ---------------------------------------------------
+
+TEMPORAL_POLICE_KBYTES = int(os.environ.get("BWE_TEMPORAL_POLICE_KBYTES", "10"))
+TEMPORAL_WARMUP_SEC, TEMPORAL_POLICED_SEC, TEMPORAL_RECOVERY_SEC = 8.0, 20.0, 20.0
+# After the policer goes on: the server is given this long to cut the temporal layers, and the
+# rest of the policed window is judged.
+TEMPORAL_SETTLE_SEC = 6.0
+# Judged window: fewer frames than in warm-up (a temporal layer cut: TID 0 alone is a quarter
+# of them, TIDs 0 and 1 half), yet decoding on, and little frozen.
+TEMPORAL_FPS_SHARE = (0.15, 0.8)
+TEMPORAL_FROZEN_MAX_SHARE = 0.05
+# After a long policed spell the server's probes have backed off to one per 12 s, so the climb
+# back takes up to about 14 s (measured 2-13 s); the bound leaves room for that.
+TEMPORAL_CLIMB_MAX_SEC = 20.0
+
+
+def test_simulcast_bwe_below_the_lowest_layer_the_frame_rate_drops_instead_of_freezing(
+        server, lab, chromium, chromium_policed, pages, capsys):
+    """Chromium sends each simulcast layer in three VP8 temporal layers (L1T3: TID 0 at 7.5
+    frames/s, TID 1 another 7.5, TID 2 the other 15). Behind a policer too tight even for the
+    lowest layer's whole rate (default 10 kB/s, ~80 kbit/s), the server keeps the policed
+    subscriber on the lowest layer's lower temporal layers: the subscriber decodes 320 wide at a
+    lower frame rate, with little frozen, instead of losing packets of every frame. Asserted:
+    the publisher's layers carry 3 temporal layers; after TEMPORAL_SETTLE_SEC the server's
+    temporal layer for the subscriber is 0 or 1 in 80% of samples; the decoded frame rate is
+    TEMPORAL_FPS_SHARE of the warm-up's and totalFreezesDuration grows by under
+    TEMPORAL_FROZEN_MAX_SHARE of the judged window; after the policer goes off the subscriber
+    is back on 1280 with all temporal layers within TEMPORAL_CLIMB_MAX_SEC."""
+    def say(*lines: str) -> None:
+        with capsys.disabled():
+            print("\n".join(lines))
+
+    room_id, info, subs = start_room(server, lab, chromium, chromium_policed, pages, say)
+    page, sub_id = subs["policed"]
+    samples: list[dict] = []
+    t0 = time.monotonic()
+
+    def run_phase(phase: str, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        nxt = time.monotonic()
+        while time.monotonic() < end:
+            stats = room_stats(server, room_id)
+            pub = next((p for p in stats.get("publicationStats", []) if p.get("publicationId") == info["id"]), {})
+            samples.append({"t": round(time.monotonic() - t0, 3), "phase": phase, "policed": page.evaluate("B.inbound()"),
+                            "admin": subscription_stats(stats, sub_id), "layers": pub.get("layers", [])})
+            nxt += SAMPLE_SEC
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    try:
+        run_phase("warmup", TEMPORAL_WARMUP_SEC)
+        lab.police(TEMPORAL_POLICE_KBYTES, f"udp sport {MEDIA_PORTS[0]}-{MEDIA_PORTS[1]}")
+        t_on = time.monotonic() - t0
+        run_phase("policed", TEMPORAL_POLICED_SEC)
+        counters = lab.policer_counters()
+        lab.unpolice()
+        t_off = time.monotonic() - t0
+        run_phase("recovery", TEMPORAL_RECOVERY_SEC)
+    finally:
+        lab.unpolice()
+
+    warm = [s for s in samples if s["phase"] == "warmup"]
+    warm_decoding = [s for s in warm if s["policed"]]
+    warm_fps = ((warm_decoding[-1]["policed"]["framesDecoded"] - warm_decoding[0]["policed"]["framesDecoded"])
+                / max(1e-3, warm_decoding[-1]["t"] - warm_decoding[0]["t"])) if len(warm_decoding) >= 2 else 0.0
+    low_layer = [(s["layers"] or [{}])[0] for s in warm if s["layers"]]
+    tids = max((l.get("temporalLayers", 0) for l in low_layer), default=0)
+    rates = next((l.get("temporalBitrates") for l in reversed(low_layer) if l.get("temporalBitrates")), [])
+    judged = [s for s in samples if s["phase"] == "policed" and s["t"] >= t_on + TEMPORAL_SETTLE_SEC and s["policed"]]
+    assert len(judged) >= 2, "no samples in the judged window"
+    first, last = judged[0], judged[-1]
+    span = last["t"] - first["t"]
+    fps = (last["policed"]["framesDecoded"] - first["policed"]["framesDecoded"]) / span
+    frozen = last["policed"]["totalFreezesDuration"] - first["policed"]["totalFreezesDuration"]
+    # A freeze still going on at the end of the window is added when it ends: read it 2 s on.
+    tail = next((s for s in samples if s["phase"] == "recovery" and s["t"] >= t_off + FREEZE_TAIL_SEC and s["policed"]), last)
+    frozen_tail = tail["policed"]["totalFreezesDuration"] - first["policed"]["totalFreezesDuration"]
+    temporal = [s["admin"].get("temporalLayer") for s in judged]
+    cut = sum(1 for x in temporal if x in (0, 1)) / len(temporal)
+    widths = sorted({s["policed"]["frameWidth"] for s in judged})
+    stalled = stalled_time(judged, "policed")
+    rec = [s for s in samples if s["phase"] == "recovery" and s["policed"]]
+    back = next((s["t"] - t_off for s in rec if s["policed"]["frameWidth"] == TOP
+                 and s["admin"].get("temporalLayer") is None and s["admin"].get("targetTemporalLayer") is None), None)
+    rx = rx_kbps(samples, "policed", first["t"], last["t"])
+    est = [s["admin"].get("estimateBps") for s in judged if s["admin"].get("estimateBps") is not None]
+    seen, dropped = counters.get("seen", {}), counters.get("dropped", {})
+    tl = " ".join(f"{s['t']:.0f}:{(s['policed'] or {}).get('frameWidth', 0)}@{(s['policed'] or {}).get('fps', 0):.0f}fps"
+                  f"/L{s['admin'].get('layer')}T{s['admin'].get('temporalLayer')}->T{s['admin'].get('targetTemporalLayer')}"
+                  f"/{(s['admin'].get('estimateBps') or 0) / 1000:.0f}k" for s in samples[::4])
+    say(f"[bwe-temporal] policer {TEMPORAL_POLICE_KBYTES} kB/s (~{TEMPORAL_POLICE_KBYTES * 8.192:.0f} kbit/s), "
+        f"t={t_on:.1f}..{t_off:.1f}; dropped {dropped.get('packets', 0)} of {seen.get('packets', 0)} datagrams",
+        f"[bwe-temporal] publisher's lowest layer: {tids} temporal layers, bitrates per TID {rates} bit/s",
+        f"[bwe-temporal] judged {span:.1f} s (from {TEMPORAL_SETTLE_SEC:g} s after policer-on): widths {widths}, "
+        f"{fps:.1f} frames/s decoded against {warm_fps:.1f} in warm-up = {fps / max(warm_fps, 1e-3):.2f} "
+        f"(bounds {TEMPORAL_FPS_SHARE}), frozen {frozen:.2f} s at policer-off / "
+        f"{frozen_tail:.2f} s read {tail['t'] - t_off:.1f} s later = {100 * frozen_tail / span:.1f}% "
+        f"(bound {100 * TEMPORAL_FROZEN_MAX_SHARE:g}%), no frame between samples {stalled:.2f} s; server temporal "
+        f"layer 0/1 in {100 * cut:.0f}% of samples; received {rx if rx is None else round(rx)} kbit/s; estimate "
+        f"{min(est) // 1000 if est else '-'}..{max(est) // 1000 if est else '-'} kbit/s",
+        f"[bwe-temporal] back to {TOP} with every temporal layer {('never' if back is None else f'{back:.2f} s')} after policer-off",
+        f"[bwe-temporal] timeline t:width@fps/Llayer Ttemporal->target/estimate: {tl}")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "bwe-temporal.json").write_text(json.dumps({
+        "policeKbytesPerSec": TEMPORAL_POLICE_KBYTES, "tOn": t_on, "tOff": t_off, "counters": counters,
+        "fps": fps, "warmupFps": warm_fps, "frozenSec": frozen_tail, "judgedSec": span, "temporalCutShare": cut, "backSec": back,
+        "samples": samples}, indent=1))
+
+    assert page.evaluate("T.errors") == [], page.evaluate("T.errors")
+    assert dropped.get("packets", 0) > 0, f"the policer dropped nothing: {counters}"
+    assert tids == 3, f"the publisher's lowest layer carried {tids} temporal layers, not 3 (L1T3)"
+    failures = []
+    if widths != [LOW]:
+        failures.append(f"widths {widths} in the judged window, not only {LOW}")
+    if cut < 0.8:
+        failures.append(f"the server's temporal layer was 0 or 1 in only {100 * cut:.0f}% of the judged samples")
+    if not TEMPORAL_FPS_SHARE[0] * warm_fps <= fps <= TEMPORAL_FPS_SHARE[1] * warm_fps:
+        failures.append(f"{fps:.1f} frames/s decoded against {warm_fps:.1f} in warm-up, outside {TEMPORAL_FPS_SHARE}")
+    if frozen_tail > TEMPORAL_FROZEN_MAX_SHARE * span:
+        failures.append(f"frozen {frozen_tail:.2f} s of {span:.1f} s")
+    if back is None or back > TEMPORAL_CLIMB_MAX_SEC:
+        failures.append(f"back to {TOP} with every temporal layer: {back}")
     assert not failures, "; ".join(failures)
