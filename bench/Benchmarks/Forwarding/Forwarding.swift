@@ -141,12 +141,19 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
         return (engine, publisher, subscribers)
     }
 
-    // Simulcast with congestion control: three layers learned by RID, 10 subscribers capped at
-    // different layers, every packet numbered per subscriber transport (transport-wide-cc) and
-    // recorded for the publisher's feedback; every 30 rounds each subscriber's feedback is fed
-    // to its estimator (allocation included) and the timers run (publisher feedback, reports).
-    Benchmark("Simulcast 3 layers 1->10 + transport-wide numbering, feedback and allocation (per round of 3 packets)") { benchmark in
-        let engine = MediaEngine()
+    // Simulcast with congestion control: three layers learned by RID, each in three VP8
+    // temporal layers (libwebrtc's 8-frame pattern), 10 subscribers capped at different
+    // layers, every packet numbered per subscriber transport (transport-wide-cc) and recorded
+    // for the publisher's feedback; every 30 rounds each subscriber's feedback is fed to its
+    // estimator (allocation included) and the timers run (publisher feedback, reports). With
+    // `maxKbps` below the lowest layer's rate every subscriber is cut to TID 0: 3 of 4 frames
+    // are dropped and the numbering closes up over them.
+    func simulcast(_ title: String, maxKbps: Int) {
+    Benchmark(title) { benchmark in
+        var tuning = EngineTuning()
+        tuning.maxSubscriberBitrate = maxKbps * 1000
+        tuning.minSubscriberBitrate = min(tuning.minSubscriberBitrate, tuning.maxSubscriberBitrate)
+        let engine = MediaEngine(tuning: tuning)
         let publisher = engine.addTransport(router: RouterId(1), feedbackSsrc: 1)
         var params = ProducerParameters(transport: publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,
                                         codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true,
@@ -166,7 +173,8 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
             subscribers.append(t)
         }
         engine.clearTransmits()
-        // One 1200-byte packet per layer: RID (id 10), transport-wide sequence (id 3), VP8 with PictureID.
+        // One 1200-byte packet per layer: RID (id 10), transport-wide sequence (id 3), VP8 with
+        // PictureID and TID.
         let layers = (0..<3).map { layer -> UnsafeMutableRawBufferPointer in
             let b = UnsafeMutableRawBufferPointer.allocate(byteCount: 1200, alignment: 16)
             b.initializeMemory(as: UInt8.self, repeating: 0)
@@ -174,7 +182,7 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
             b[0] |= 0x10
             let ext: [UInt8] = [0xBE, 0xDE, 0x00, 0x02, 0xA0, [0x6C, 0x6D, 0x68][layer], 0x31, 0x00, 0x01, 0x00, 0x00, 0x00]
             for (i, v) in ext.enumerated() { b[12 + i] = v }
-            let vp8: [UInt8] = [0x90, 0x80, 0x80, 0x01, 0x00]
+            let vp8: [UInt8] = [0x90, 0xA0, 0x80, 0x01, 0x00, 0x00]
             for (i, v) in vp8.enumerated() { b[24 + i] = v }
             return b
         }
@@ -186,6 +194,8 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
         var now: UInt64 = 1_000_000_000
         var seq: UInt16 = 1, twcc: UInt16 = 0
         var round = 0
+        // TID and layer-sync bit per frame of the pattern (TID << 6 | Y << 5).
+        let pattern: [UInt8] = [0x00, 0xA0, 0x60, 0x80, 0x00, 0x80, 0x40, 0x80]
         func send(_ keyframe: Bool) {
             now &+= 11_000_000
             seq &+= 1
@@ -194,7 +204,9 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
                 b.storeBytes(of: seq.bigEndian, toByteOffset: 2, as: UInt16.self)
                 b.storeBytes(of: twcc.bigEndian, toByteOffset: 19, as: UInt16.self)
                 twcc &+= 1
-                b[28] = keyframe ? 0x00 : 0x01   // VP8 payload header's P bit
+                b.storeBytes(of: (0x8000 | seq & 0x7FFF).bigEndian, toByteOffset: 26, as: UInt16.self)   // PictureID
+                b[28] = keyframe ? 0x00 : pattern[Int(seq) & 7]
+                b[29] = keyframe ? 0x00 : 0x01   // VP8 payload header's P bit
                 engine.handleRtp(from: publisher, packet: b, now: now)
             }
             for i in 0..<engine.transmitCount {
@@ -229,7 +241,14 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
         }
         benchmark.stopMeasurement()
         precondition(engine.transportFeedbackSent > 0, "no transport-wide feedback went to the publisher")
+        precondition(maxKbps > 1000 || engine.drops(.temporalLayerNotSelected) > 0, "no temporal layer was cut")
     }
+    }
+    simulcast("Simulcast 3 layers 1->10 + transport-wide numbering, feedback and allocation (per round of 3 packets)",
+              maxKbps: 20_000)
+    simulcast("Simulcast 1->10 cut to temporal layer 0 by a 100 kbit/s estimate cap (per round of 3 packets)",
+              maxKbps: 100)
+
 
     Benchmark("Retransmission: forward 17 packets 1->1, then a NACK for all 17 answered as RTX (per iteration)") { benchmark in
         let (engine, publisher, subscribers) = engineWithRtx(fanOut: 1)
