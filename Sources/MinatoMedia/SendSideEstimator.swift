@@ -88,12 +88,6 @@ struct SendSideEstimator {
     /// Probes that failed in a row (the next waits longer) and when the last one ended.
     private(set) var failedProbes = 0
     private(set) var lastProbeEnd: Nanoseconds = 0
-    /// While a probe runs and for `probeFeedbackGrace` after it, the estimate does not fall
-    /// below what it was when the probe started: the loss and delay then are the probe's own
-    /// (its padding on top of the media), and a failed probe means "no more room", not "less".
-    private var probeFloor = 0
-    private var probeFloorUntil: Nanoseconds = 0
-    static let probeFeedbackGrace: Nanoseconds = 500_000_000
 
     init(initial: Int, minimum: Int, maximum: Int) {
         self.minimum = max(minimum, 10_000)
@@ -169,7 +163,6 @@ struct SendSideEstimator {
                 finishProbe(now: now)
             }
         }
-        if probeRate != 0 || now < probeFloorUntil { estimate = max(estimate, probeFloor) }
         estimate = min(max(estimate, minimum), maximum)
         return estimate != before
     }
@@ -179,7 +172,6 @@ struct SendSideEstimator {
         guard probeRate == 0 else { return }
         probeRate = min(rate, maximum)
         probeStart = now
-        probeFloor = estimate
         probePackets = 0
         probeLost = 0
         probeLatePackets = 0
@@ -221,7 +213,6 @@ struct SendSideEstimator {
         }
         probeRate = 0
         lastProbeEnd = now
-        probeFloorUntil = now &+ Self.probeFeedbackGrace
     }
 
     /// Counts a received packet at its arrival time (the receiver's clock): what the path delivered.
@@ -321,8 +312,11 @@ struct SendSideEstimator {
             overuseCount += 1
             if overuseCount >= 2 && !overusing {
                 overusing = true
-                if probeRate != 0 { probeOveruse = true }
-                if ackedRate > 0, now &- lastDecrease >= 300_000_000 {
+                // During a probe the queue is the probe's own: it fails the probe (a failed
+                // probe means "no more room", not "less") and leaves the estimate alone.
+                if probeRate != 0 {
+                    probeOveruse = true
+                } else if ackedRate > 0, now &- lastDecrease >= 300_000_000 {
                     estimate = min(estimate, ackedRate * 85 / 100)
                     lastDecrease = now
                 }

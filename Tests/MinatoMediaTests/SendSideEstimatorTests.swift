@@ -155,6 +155,19 @@ import MinatoWire
         #expect(estimator.estimate >= before)
     }
 
+    @Test func aProbeIntoAQueueFailsWithoutLoweringTheEstimate() {
+        var estimator = SendSideEstimator(initial: 600_000, minimum: 50_000, maximum: 20_000_000)
+        var link = Link(policer: false, rate: 800_000)
+        var seq: UInt16 = 0
+        var run = Self.run(&estimator, link: &link, seconds: 4, from: 1_000_000_000, sequence: &seq)
+        let before = estimator.estimate
+        estimator.startProbe(rate: 2_000_000, now: run.end)
+        run = Self.probe(&estimator, link: &link, rate: 2_000_000, from: run.end, sequence: &seq)
+        print("[estimator] probe at 2 Mbit/s into an 800 kbit/s queue: failed \(estimator.failedProbes), estimate \(estimator.estimate) (before it \(before))")
+        #expect(estimator.failedProbes == 1)
+        #expect(estimator.estimate >= before)
+    }
+
     /// Sends at `rate` while the probe runs (as the engine's padding: it stops when the probe
     /// ends early on losses), then at the lowest layer until 400 ms after the probe's duration,
     /// with feedback.
