@@ -77,13 +77,11 @@ extension MediaEngine {
                 if producers[p].rateAt != 0, elapsed > 0 {
                     let bits = (producers[p].stream.bytes &- producers[p].bytesAtRate) &* 8
                     producers[p].bitrate = Int(clamping: bits &* 1_000_000_000 / elapsed)
-                    var layers = 0
                     for tid in 0..<4 {
-                        let bytes = producers[p].temporalBytes[tid]
-                        producers[p].temporalBitrates[tid] = Int(clamping: bytes &* 8 &* 1_000_000_000 / elapsed)
-                        if bytes > 0 { layers = tid + 1 }
+                        // At least 1 bit/s for a TID that sent anything (so it counts as present).
+                        let bits = producers[p].temporalBytes[tid] &* 8 &* 1_000_000_000 / elapsed
+                        producers[p].temporalBitrates[tid] = producers[p].temporalBytes[tid] > 0 ? max(Int(clamping: bits), 1) : 0
                     }
-                    producers[p].temporalLayers = layers
                 }
                 producers[p].temporalBytes = SIMD4()
                 producers[p].rateAt = now

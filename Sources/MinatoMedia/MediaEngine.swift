@@ -95,11 +95,15 @@ public final class MediaEngine {
         var bytesAtRate: UInt64 = 0
         var rateAt: Nanoseconds = 0
         /// VP8 with temporal layers: bytes received per TID (0...3) since the last rate tick,
-        /// the bitrate of each TID over the last interval, and how many TIDs it carried (0: the
-        /// stream has no temporal index).
+        /// and the bitrate of each TID over the last interval.
         var temporalBytes = SIMD4<UInt64>()
         var temporalBitrates = SIMD4<Int>()
-        var temporalLayers = 0
+        /// How many TIDs the last interval carried (0: the stream has no temporal index).
+        var temporalLayers: Int {
+            var n = 4
+            while n > 0, temporalBitrates[n - 1] == 0 { n -= 1 }
+            return n
+        }
     }
 
     struct Consumer {

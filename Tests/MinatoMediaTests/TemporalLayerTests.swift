@@ -58,8 +58,19 @@ import MinatoWire
         pub.h.engine.consumers[Int(c.slot)].targetTemporalLayer = layer
     }
 
+    /// A consumer started on the top layer and then cut to TID 0 for one pattern cycle: the
+    /// publisher, the consumer, its encoder, and the last packet forwarded in that cycle.
+    static func cutToBaseLayer() throws -> (pub: SimulcastTests.Publisher, c: ConsumerId, enc: Encoder, last: Forwarded) {
+        let pub = try SimulcastTests.Publisher()
+        let c = try pub.startedOnTop()
+        let enc = Encoder(pub)
+        setTarget(pub, c, 0)
+        let last = try #require(enc.frames(8).flatMap(\.out).last)
+        return (pub, c, enc, last)
+    }
+
     /// Each forwarded packet follows the one before: sequence +1; within a frame the same
-    /// PictureID, else PictureID +1 and TL0PICIDX as `tl0Step` says.
+    /// PictureID, else PictureID +1.
     static func expectContinuous(_ out: [Forwarded], after first: Forwarded, sourceLocation: SourceLocation = #_sourceLocation) {
         var last = first
         for p in out {
@@ -104,11 +115,7 @@ import MinatoWire
     }
 
     @Test func goingUpTakesOneLayerAtEachSyncFrame() throws {
-        let pub = try SimulcastTests.Publisher()
-        let c = try pub.startedOnTop()
-        let enc = Encoder(pub)
-        Self.setTarget(pub, c, 0)
-        var last = try #require(enc.frames(8).flatMap(\.out).last)
+        let (pub, c, enc, last) = try Self.cutToBaseLayer()
         // Back to all layers. The pattern's frame 1 is TID 2's sync frame and frame 2 TID 1's:
         // TID 2 cannot be taken before TID 1 (its later frames refer to TID 1's).
         Self.setTarget(pub, c, Int.max)
@@ -119,17 +126,12 @@ import MinatoWire
         #expect(cycle2.map { $0.out.isEmpty ? -1 : Int($0.tid) } == [0, 2, 1, 2, 0, 2, 1, 2])
         let forwarded = cycle1.flatMap(\.out) + cycle2.flatMap(\.out)
         Self.expectContinuous(forwarded, after: last)
-        last = try #require(forwarded.last)
         let stats = try #require(pub.h.engine.consumerStats(c))
         #expect(stats.temporalLayer == 2 && stats.targetTemporalLayer == nil && stats.temporalLayerSwitches == 3)
     }
 
     @Test func aKeyFrameTakesEveryLayerAtOnce() throws {
-        let pub = try SimulcastTests.Publisher()
-        let c = try pub.startedOnTop()
-        let enc = Encoder(pub)
-        Self.setTarget(pub, c, 0)
-        _ = enc.frames(8)
+        let (pub, c, enc, _) = try Self.cutToBaseLayer()
         Self.setTarget(pub, c, Int.max)
         pub.h.now &+= 33_000_000
         #expect(SimulcastTests.forwarded(pub.send(2, keyframe: true)).count == 1)
@@ -139,11 +141,7 @@ import MinatoWire
     }
 
     @Test func lateAndResentPacketsGetTheNumbersTheyWouldHaveHad() throws {
-        let pub = try SimulcastTests.Publisher()
-        let c = try pub.startedOnTop()
-        let enc = Encoder(pub)
-        Self.setTarget(pub, c, 0)
-        let start = try #require(enc.frames(8).flatMap(\.out).last)
+        let (pub, c, enc, start) = try Self.cutToBaseLayer()
         // A TID 0 frame whose second packet is late, two dropped frames, the next TID 0 frame.
         #expect(enc.frame(late: [1]).out.count == 1)     // TID 0
         #expect(enc.frames(3).allSatisfy { $0.out.isEmpty })   // TID 2, 1, 2

@@ -255,6 +255,46 @@ def plot(samples: list[dict], t_on: float, t_off: float, path) -> str:
 
 # ---- the test ---------------------------------------------------------------------------------
 
+def printer(capsys):
+    """A print that pytest does not capture (the numbers are the test's report)."""
+    def say(*lines: str) -> None:
+        with capsys.disabled():
+            print("\n".join(lines))
+    return say
+
+
+def police_and_sample(lab, kbytes: int, seconds: tuple[float, float, float], sample) -> tuple[list[dict], float, float, dict]:
+    """Three phases, sampled every SAMPLE_SEC: warm-up, policed (the lab's input policer at
+    `kbytes` kB/s on the server's media ports), recovery; `seconds` are their lengths. Each
+    sample is `sample()` plus "t" (seconds since the start) and "phase". Returns (samples, t_on,
+    t_off, the policer's counters read just before it went off)."""
+    samples: list[dict] = []
+    t0 = time.monotonic()
+
+    def run_phase(phase: str, length: float) -> None:
+        end = time.monotonic() + length
+        nxt = time.monotonic()
+        while time.monotonic() < end:
+            t = round(time.monotonic() - t0, 3)
+            samples.append({"t": t, "phase": phase, **sample()})
+            nxt += SAMPLE_SEC
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    counters: dict = {}
+    try:
+        run_phase("warmup", seconds[0])
+        lab.police(kbytes, f"udp sport {MEDIA_PORTS[0]}-{MEDIA_PORTS[1]}")
+        t_on = time.monotonic() - t0
+        run_phase("policed", seconds[1])
+        counters = lab.policer_counters()
+        lab.unpolice()
+        t_off = time.monotonic() - t0
+        run_phase("recovery", seconds[2])
+    finally:
+        lab.unpolice()
+    return samples, t_on, t_off, counters
+
+
 def start_room(server, lab, chromium, chromium_policed, pages, say) -> tuple[str, dict, dict]:
     """A room with the simulcast publisher and both subscribers decoding the top layer (the
     policed one really on the lab's host): (room id, publication info, {who: (page, subscription id)})."""
@@ -308,44 +348,17 @@ def subscription_stats(stats: dict, sub_id: str) -> dict:
 
 def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
         server, lab, chromium, chromium_policed, pages, capsys):
-    def say(*lines: str) -> None:
-        with capsys.disabled():
-            print("\n".join(lines))
+    say = printer(capsys)
 
     room_id, info, subs = start_room(server, lab, chromium, chromium_policed, pages, say)
 
     def admin_sub() -> dict:
         return subscription_stats(room_stats(server, room_id), subs["policed"][1])
 
-    samples: list[dict] = []
-    t0 = time.monotonic()
-
-    def run_phase(phase: str, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        nxt = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if now >= end:
-                break
-            samples.append({"t": round(now - t0, 3), "phase": phase,
-                            "free": subs["free"][0].evaluate("B.inbound()"),
-                            "policed": subs["policed"][0].evaluate("B.inbound()"),
-                            "admin": admin_sub()})
-            nxt += SAMPLE_SEC
-            time.sleep(max(0.0, nxt - time.monotonic()))
-
-    counters = {}
-    try:
-        run_phase("warmup", WARMUP_SEC)
-        lab.police(POLICE_KBYTES, f"udp sport {MEDIA_PORTS[0]}-{MEDIA_PORTS[1]}")
-        t_on = time.monotonic() - t0
-        run_phase("policed", POLICED_SEC)
-        counters = lab.policer_counters()
-        lab.unpolice()
-        t_off = time.monotonic() - t0
-        run_phase("recovery", RECOVERY_SEC)
-    finally:
-        lab.unpolice()
+    samples, t_on, t_off, counters = police_and_sample(
+        lab, POLICE_KBYTES, (WARMUP_SEC, POLICED_SEC, RECOVERY_SEC),
+        lambda: {"free": subs["free"][0].evaluate("B.inbound()"), "policed": subs["policed"][0].evaluate("B.inbound()"),
+                 "admin": admin_sub()})
 
     # ---- numbers -------------------------------------------------------------------------------
     pol = [s for s in samples if s["phase"] == "policed" and s["policed"]]
@@ -500,37 +513,19 @@ def test_simulcast_bwe_below_the_lowest_layer_the_frame_rate_drops_instead_of_fr
     TEMPORAL_FPS_SHARE of the warm-up's and totalFreezesDuration grows by under
     TEMPORAL_FROZEN_MAX_SHARE of the judged window; after the policer goes off the subscriber
     is back on 1280 with all temporal layers within TEMPORAL_CLIMB_MAX_SEC."""
-    def say(*lines: str) -> None:
-        with capsys.disabled():
-            print("\n".join(lines))
+    say = printer(capsys)
 
     room_id, info, subs = start_room(server, lab, chromium, chromium_policed, pages, say)
     page, sub_id = subs["policed"]
-    samples: list[dict] = []
-    t0 = time.monotonic()
 
-    def run_phase(phase: str, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        nxt = time.monotonic()
-        while time.monotonic() < end:
-            stats = room_stats(server, room_id)
-            pub = next((p for p in stats.get("publicationStats", []) if p.get("publicationId") == info["id"]), {})
-            samples.append({"t": round(time.monotonic() - t0, 3), "phase": phase, "policed": page.evaluate("B.inbound()"),
-                            "admin": subscription_stats(stats, sub_id), "layers": pub.get("layers", [])})
-            nxt += SAMPLE_SEC
-            time.sleep(max(0.0, nxt - time.monotonic()))
+    def sample() -> dict:
+        stats = room_stats(server, room_id)
+        pub = next((p for p in stats.get("publicationStats", []) if p.get("publicationId") == info["id"]), {})
+        return {"policed": page.evaluate("B.inbound()"), "admin": subscription_stats(stats, sub_id),
+                "layers": pub.get("layers", [])}
 
-    try:
-        run_phase("warmup", TEMPORAL_WARMUP_SEC)
-        lab.police(TEMPORAL_POLICE_KBYTES, f"udp sport {MEDIA_PORTS[0]}-{MEDIA_PORTS[1]}")
-        t_on = time.monotonic() - t0
-        run_phase("policed", TEMPORAL_POLICED_SEC)
-        counters = lab.policer_counters()
-        lab.unpolice()
-        t_off = time.monotonic() - t0
-        run_phase("recovery", TEMPORAL_RECOVERY_SEC)
-    finally:
-        lab.unpolice()
+    samples, t_on, t_off, counters = police_and_sample(
+        lab, TEMPORAL_POLICE_KBYTES, (TEMPORAL_WARMUP_SEC, TEMPORAL_POLICED_SEC, TEMPORAL_RECOVERY_SEC), sample)
 
     warm = [s for s in samples if s["phase"] == "warmup"]
     warm_decoding = [s for s in warm if s["policed"]]
