@@ -87,6 +87,7 @@ struct SendSideEstimator {
     private var probeOveruse = false
     /// Probes that failed in a row (the next waits longer) and when the last one ended.
     private(set) var failedProbes = 0
+    private(set) var lastProbeSucceeded = false
     private(set) var lastProbeEnd: Nanoseconds = 0
 
     init(initial: Int, minimum: Int, maximum: Int) {
@@ -185,11 +186,13 @@ struct SendSideEstimator {
     /// True while padding should go out for the probe started at `probeStart`.
     func probing(at now: Nanoseconds) -> Bool { probeRate != 0 && now &- probeStart < Self.probeDuration }
 
-    /// When the next probe may start: 3 s after the last, 6 s after a failure, 8 s after more
-    /// (a link that recovers is found within about 8 s; a failed probe costs a constrained
-    /// link under a second of loss, then ends).
+    /// When the next probe may start: 1 s after one that succeeded (the next layer up is
+    /// tried at once, as GCC probes further after a probe that fits), 6 s after a failure,
+    /// 8 s after more, 3 s otherwise (a link that recovers is found within about 8 s; a failed
+    /// probe costs a constrained link under a second of loss, then ends).
     var nextProbeAllowed: Nanoseconds {
-        lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000)
+        if lastProbeSucceeded { return lastProbeEnd &+ 1_000_000_000 }
+        return lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000)
     }
 
     /// A probe whose feedback never came (the receiver went away) ends as a failure.
@@ -205,11 +208,13 @@ struct SendSideEstimator {
         if probePackets >= 10, loss < 0.05, lateLoss < 0.05, !probeOveruse, got > 0 {
             estimate = max(estimate, min(got, probeRate))
             failedProbes = 0
+            lastProbeSucceeded = true
         } else {
             // A queue (delay grew, little loss) delivered about its capacity during the probe:
             // that much fits. Loss without delay is a policer, whose burst makes `got` too high.
             if probeOveruse, loss < 0.05, got > 0 { estimate = max(estimate, got * 85 / 100) }
             failedProbes += 1
+            lastProbeSucceeded = false
         }
         probeRate = 0
         lastProbeEnd = now

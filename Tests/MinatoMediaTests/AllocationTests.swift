@@ -22,7 +22,7 @@ import MinatoWire
         /// VP8 temporal layers (libwebrtc's three-layer pattern) in each layer's descriptor, and
         /// each layer's payload size.
         let temporal: Bool
-        let sizes: [Int]
+        var sizes: [Int]
         var frames = [0, 0, 0]
         /// TIDs of the packets the subscriber got (media on the consumer's SSRC).
         var tids: [UInt8] = []
@@ -141,6 +141,32 @@ import MinatoWire
         stats = try #require(rig.h.engine.consumerStats(rig.consumer))
         print("[allocation] after 14 s clean: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1), padding packets \(rig.padding), probes \(rig.h.engine.probesStarted)")
         #expect(rig.h.engine.probesStarted >= 1 && rig.padding > 0)
+        #expect(stats.bandwidthLayer == 2)
+    }
+
+    @Test func aProbeThatFitsLiftsTheConsumerToTheLayerItProbedFor() throws {
+        let rig = try Rig()
+        rig.send(2, keyframe: true)
+        rig.run(ms: 1500) { _ in false }
+        rig.run(ms: 2000) { $0 % 4 != 0 }
+        rig.send(0, keyframe: true)
+        #expect(rig.h.engine.consumerStats(rig.consumer)?.layer == 0)
+        // Clean: wait, 100 ms at a time, for the next probe to start and then to end.
+        let slot = Int(rig.sub.slot)
+        let probesBefore = rig.h.engine.probesStarted
+        var ms = 0
+        while rig.h.engine.probesStarted == probesBefore, ms < 10_000 { rig.run(ms: 100) { _ in false }; ms += 100 }
+        let probeRate = rig.h.engine.transports[slot].estimator?.probeRate ?? 0
+        // The top layer's encoder goes 5% higher meanwhile (a real one's rate moves all the time).
+        rig.sizes[2] = rig.sizes[2] * 105 / 100
+        while rig.h.engine.transports[slot].estimator?.probeRate != 0, ms < 20_000 { rig.run(ms: 100) { _ in false }; ms += 100 }
+        rig.run(ms: 1000) { _ in false }
+        let stats = try #require(rig.h.engine.consumerStats(rig.consumer))
+        print("[allocation] a probe at \(probeRate) bit/s started on the clean link; \(ms + 1000) ms in: estimate \(stats.estimate ?? -1), bandwidth layer \(stats.bandwidthLayer ?? -1)")
+        // That one probe (for the top layer, the highest receiving one) is enough: the estimate
+        // it leaves clears the top layer's rate with the upgrade headroom.
+        #expect(rig.h.engine.transports[slot].estimator?.lastProbeSucceeded == true)
+        #expect(rig.h.engine.probesStarted == probesBefore + 1)
         #expect(stats.bandwidthLayer == 2)
     }
 

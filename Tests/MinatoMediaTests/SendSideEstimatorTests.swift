@@ -137,6 +137,8 @@ import MinatoWire
         print("[estimator] after a clean probe at 1.8 Mbit/s: \(estimator.estimate)")
         #expect(estimator.failedProbes == 0)
         #expect(estimator.estimate >= 1_500_000)
+        // After a probe that fits, the next layer up may be tried a second later.
+        #expect(estimator.nextProbeAllowed == estimator.lastProbeEnd + 1_000_000_000)
     }
 
     @Test func aProbeThatFitsInAPolicersBurstFailsOnItsSecondHalf() {
