@@ -503,9 +503,14 @@ TEMPORAL_WARMUP_SEC, TEMPORAL_POLICED_SEC, TEMPORAL_RECOVERY_SEC = 8.0, 20.0, 20
 # rest of the policed window is judged.
 TEMPORAL_SETTLE_SEC = 6.0
 # Judged window: fewer frames than in warm-up (a temporal layer cut: TID 0 alone is a quarter
-# of them, TIDs 0 and 1 half), yet decoding on, and little frozen.
+# of them, TIDs 0 and 1 half), yet decoding on, and little frozen. At TID 0's 5 frames/s
+# Chromium counts a frame as frozen only when it comes over max(3 x 200 ms, 200 + 150 ms) =
+# 600 ms after the one before, so any freeze adds at least 0.6 s: 10% of the ~13.7 s window
+# allows one or two (the probes for the whole layer, one per 8 s, each cost a few of TID 0's
+# packets; a CI run saw one freeze of 0.76 s), while a subscriber given the whole layer through
+# this policer is frozen far longer (see docs/architecture.md).
 TEMPORAL_FPS_SHARE = (0.15, 0.8)
-TEMPORAL_FROZEN_MAX_SHARE = 0.05
+TEMPORAL_FROZEN_MAX_SHARE = 0.10
 # After a long policed spell the server's probes have backed off to one per 8 s: the climb back
 # is that wait, a probe for the whole lowest layer, one for the top layer a second after it, and
 # the top layer's keyframe (measured 10.5-16 s before probes went 20% above their need and the
