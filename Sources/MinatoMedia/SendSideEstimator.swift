@@ -72,6 +72,8 @@ struct SendSideEstimator {
     /// drain the burst of a token-bucket policer (nftables byte limits hold a second of
     /// traffic) when probing well above its rate.
     static let probeDuration: Nanoseconds = 1_000_000_000
+    /// After a probe that failed, packets sent this long count in no loss window (`received`).
+    static let probeAftermath: Nanoseconds = 300_000_000
     /// The rate being probed (bits per second) and the probe's window; 0: none.
     private(set) var probeRate = 0
     private(set) var probeStart: Nanoseconds = 0
@@ -128,10 +130,16 @@ struct SendSideEstimator {
                 }
                 continue
             }
-            if inProbe { probePackets += 1 } else { windowPackets += 1 }
+            // Sent just after a probe that failed: a policer's bucket that it emptied is still
+            // filling, and the retransmissions of the media it cost go out into it at once.
+            // Their losses are the probe's too (they cut 216 to 112 kbit/s behind a 300 kbit/s
+            // policer); received, they count as usual.
+            let aftermath = probeRate == 0 && !lastProbeSucceeded && lastProbeEnd != 0 && sendTime >= lastProbeEnd
+                && sendTime &- lastProbeEnd < Self.probeAftermath
+            if inProbe { probePackets += 1 } else if !aftermath { windowPackets += 1 }
             if late { probeLatePackets += 1 }
             guard fate.received else {
-                if inProbe { probeLost += 1 } else { windowLost += 1 }
+                if inProbe { probeLost += 1 } else if !aftermath { windowLost += 1 }
                 if late { probeLateLost += 1 }
                 continue
             }
