@@ -13,7 +13,8 @@ internal import MinatoWire
 /// - **probing**: to learn whether a higher rate fits, the engine sends padding for
 ///   `probeDuration` at a rate the allocator asks for (`startProbe`); if that window's loss,
 ///   and its second half's alone, stay under 5% and no overuse shows, the estimate jumps to
-///   the rate the receiver got.
+///   the rate the receiver got. A probe's losses judge only the probe: the media sent while it
+///   ran, and in `probeAftermath` after one that failed, counts in no loss window.
 /// A policer (drops without a queue) shows up as loss only; a bottleneck with a buffer as delay.
 /// Storage is allocated once; `sent` and `received` allocate nothing. Sans-IO.
 struct SendSideEstimator {
