@@ -45,8 +45,13 @@ WIDTH = {"l": 320, "m": 640, "h": 1280}
 # SIMULCAST_TOP_LAYER_SEC), and for a switch (the issue asks for ~1 s; printed). Chromium turns
 # its top layer on only once its bandwidth estimate covers all three layers: without
 # congestion feedback from the server (receiver reports only) it starts at 300 kbps and grows
-# ~8%/s, which took 23 s here; hence a bound from publish and not from the first frame.
-TOP_LAYER_TIMEOUT_SEC = float(os.environ.get("SIMULCAST_TOP_LAYER_SEC", "20"))
+# ~8%/s, which took 23 s here; hence a bound from publish and not from the first frame. With
+# the server's transport-wide feedback it usually comes 1.5 s after subscribing, but once in
+# about 10 runs Chromium's estimate still grew from ~370 kbit/s at 8%/s (1481 kbit/s 20 s after
+# publish, the top layer not yet on) as if its first probes had failed; why is not known yet.
+# The bound is 30 s so that this case, a publisher-side ramp, does not fail a test of the
+# server's layer choice; the printed time tells the two apart.
+TOP_LAYER_TIMEOUT_SEC = float(os.environ.get("SIMULCAST_TOP_LAYER_SEC", "30"))
 SWITCH_BOUND_SEC = 3.0
 # Frozen time (Chromium's totalFreezesDuration) allowed over both switches together.
 MAX_FROZEN_SEC = 0.5
