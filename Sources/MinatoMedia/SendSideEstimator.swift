@@ -88,9 +88,9 @@ struct SendSideEstimator {
     private var probeFirstArrival: Nanoseconds = 0
     private var probeLastArrival: Nanoseconds = 0
     private var probeOveruse = false
-    /// Probes that failed in a row (the next waits longer) and when the last one ended.
+    /// Probes that failed in a row (the next waits longer; 0 after one that succeeded) and
+    /// when the last one ended.
     private(set) var failedProbes = 0
-    private(set) var lastProbeSucceeded = false
     private(set) var lastProbeEnd: Nanoseconds = 0
 
     init(initial: Int, minimum: Int, maximum: Int) {
@@ -135,7 +135,7 @@ struct SendSideEstimator {
             // filling, and the retransmissions of the media it cost go out into it at once.
             // Their losses are the probe's too (they cut 216 to 112 kbit/s behind a 300 kbit/s
             // policer); received, they count as usual.
-            let aftermath = probeRate == 0 && !lastProbeSucceeded && lastProbeEnd != 0 && sendTime >= lastProbeEnd
+            let aftermath = probeRate == 0 && failedProbes > 0 && sendTime >= lastProbeEnd
                 && sendTime &- lastProbeEnd < Self.probeAftermath
             if inProbe { probePackets += 1 } else if !aftermath { windowPackets += 1 }
             if late { probeLatePackets += 1 }
@@ -197,11 +197,10 @@ struct SendSideEstimator {
 
     /// When the next probe may start: 1 s after one that succeeded (the next layer up is
     /// tried at once, as GCC probes further after a probe that fits), 6 s after a failure,
-    /// 8 s after more, 3 s otherwise (a link that recovers is found within about 8 s; a failed
-    /// probe costs a constrained link under a second of loss, then ends).
+    /// 8 s after more (a link that recovers is found within about 8 s; a failed probe costs a
+    /// constrained link under a second of loss, then ends).
     var nextProbeAllowed: Nanoseconds {
-        if lastProbeSucceeded { return lastProbeEnd &+ 1_000_000_000 }
-        return lastProbeEnd &+ min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000)
+        lastProbeEnd &+ (failedProbes == 0 ? 1_000_000_000 : min(3_000_000_000 &<< UInt64(min(failedProbes, 2)), 8_000_000_000))
     }
 
     /// A probe whose feedback never came (the receiver went away) ends as a failure.
@@ -217,13 +216,11 @@ struct SendSideEstimator {
         if probePackets >= 10, loss < 0.05, lateLoss < 0.05, !probeOveruse, got > 0 {
             estimate = max(estimate, min(got, probeRate))
             failedProbes = 0
-            lastProbeSucceeded = true
         } else {
             // A queue (delay grew, little loss) delivered about its capacity during the probe:
             // that much fits. Loss without delay is a policer, whose burst makes `got` too high.
             if probeOveruse, loss < 0.05, got > 0 { estimate = max(estimate, got * 85 / 100) }
             failedProbes += 1
-            lastProbeSucceeded = false
         }
         probeRate = 0
         lastProbeEnd = now
