@@ -188,6 +188,12 @@ public struct EngineTuning: Sendable, Equatable {
     public var initialSubscriberBitrate = 2_000_000
     public var minSubscriberBitrate = 50_000
     public var maxSubscriberBitrate = 20_000_000
+    /// RTCP one transport's peer may send (config `media.rtcp.*`): compound packets per second,
+    /// and work units per second (a unit: one RTCP packet of a compound, or one item in it that
+    /// the engine looks at — report block, FIR entry, NACK pair, transport-wide packet status).
+    /// Beyond either, RTCP is dropped and counted (`DropReason.rtcpOverBudget`).
+    public var rtcpPacketsPerSecond = 1000
+    public var rtcpWorkPerSecond = 20_000
 
     public init() {}
 }

@@ -52,6 +52,12 @@ public enum DropReason: Int, CaseIterable, Sendable {
     /// Larger than an outbox slot can hold (`MediaEngine.maxPacketLength` clear bytes).
     case oversize
     case malformedRtcp
+    /// A transport-wide feedback packet that does not validate (`TransportFeedback.init?`), or
+    /// claims more packets than the estimator remembers (`SendSideEstimator.historySize`).
+    case invalidFeedback
+    /// RTCP beyond its transport's budget (`RtcpBudget`: `media.rtcp.maxPacketsPerSec`,
+    /// `media.rtcp.maxWorkPerSec`); the rest of that compound packet is not read.
+    case rtcpOverBudget
     case unknownSsrc
     /// RTX (RFC 4588) on a producer's RTX SSRC that cannot be used: RTX was not negotiated
     /// with the publisher, or the packet has another payload type.
@@ -99,6 +105,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .malformedRtp: return "malformed_rtp"
         case .oversize: return "oversize"
         case .malformedRtcp: return "malformed_rtcp"
+        case .invalidFeedback: return "invalid_feedback"
+        case .rtcpOverBudget: return "rtcp_over_budget"
         case .unknownSsrc: return "unknown_ssrc"
         case .unusableRtx: return "unusable_rtx"
         case .rtxPadding: return "rtx_padding"

@@ -76,7 +76,8 @@ extension MediaEngine {
             // needed the cut, so without this step the cut would outlast its cause.
             // Going from a cut to the whole layer costs no keyframe, so a probe fooled by a
             // burst costs little.
-            if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil {
+            if probeFor < 0, consumers[c].parameters.rtxSsrc != nil, consumers[c].parameters.rtxPayloadType != nil,
+               Self.canCarryProbe(extensionId: consumers[c].parameters.transportSequenceExtensionId) {
                 var top = cap
                 while top > choice {
                     let at = producers[Int(slots[top])].lastPacketAt
@@ -102,6 +103,12 @@ extension MediaEngine {
         }
     }
 
+    /// Probe padding carries its transport-wide sequence number in a one-byte header
+    /// extension (RFC 8285), whose ids are 1...14: with any other id (0: not negotiated; 15 is
+    /// reserved; two-byte ids) the header would be malformed, so that consumer never probes.
+    @inline(__always)
+    static func canCarryProbe(extensionId id: UInt8) -> Bool { (1...14).contains(id) }
+
     /// Sends each probing transport's padding for the time since its last slice: the probe
     /// rate less what media went out meanwhile is spent as padding-only RTX packets carrying
     /// transport-wide sequence numbers. Keeps `probeDeadline` while any probe runs.
@@ -114,7 +121,8 @@ extension MediaEngine {
             }
             let c = Int(transports[t].probeConsumer)
             guard c < consumers.count, consumers[c].active, let rtxSsrc = consumers[c].parameters.rtxSsrc,
-                  let rtxPt = consumers[c].parameters.rtxPayloadType else {
+                  let rtxPt = consumers[c].parameters.rtxPayloadType,
+                  Self.canCarryProbe(extensionId: consumers[c].parameters.transportSequenceExtensionId) else {
                 transports[t].probeConsumer = -1
                 continue
             }

@@ -3,13 +3,21 @@ internal import MinatoWire
 // RTCP: what subscribers and publishers tell the engine (reports, NACK, PLI/FIR) and the
 // feedback it sends to publishers (NACK, PLI/FIR). Allocation-free like the packet path.
 extension MediaEngine {
-    /// Handles one clear (compound) RTCP packet received on `transport`.
+    /// Handles one clear (compound) RTCP packet received on `transport`, within the transport's
+    /// `RtcpBudget`: the compound is admitted first, and each packet in it is priced from its
+    /// header (`rtcpWork`) before it is read; what does not fit is dropped and counted
+    /// (`rtcpOverBudget`), with the rest of the compound.
     public func handleRtcp(from transport: TransportIndex, packet: UnsafeRawBufferPointer, now: Nanoseconds) {
         rtcpPacketsReceived &+= 1
         guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
         let t = Int(transport.slot)
+        guard transports[t].rtcpBudget.admitPacket(now: now) else { drops[DropReason.rtcpOverBudget.rawValue] &+= 1; return }
         var it = RtcpIterator(packet)
         while let p = it.next() {
+            guard transports[t].rtcpBudget.spend(rtcpWork(p, transport: t)) else {
+                drops[DropReason.rtcpOverBudget.rawValue] &+= 1
+                return
+            }
             if let sr = SenderReport(p) {
                 handleSenderReport(sr, transport: t, now: now)
                 for i in 0..<sr.reportCount {
@@ -25,7 +33,13 @@ extension MediaEngine {
                 for i in 0..<fir.entryCount {
                     if let entry = fir.entry(at: i) { keyFrameRequested(mediaSsrc: entry.ssrc, transport: t, now: now) }
                 }
-            } else if let feedback = TransportFeedback(p) {
+            } else if TransportFeedback.claimedStatusCount(p) != nil {
+                // Only a transport the engine sends numbered packets on has anything to learn.
+                guard transports[t].estimator != nil else { continue }
+                guard let feedback = TransportFeedback(p, maxStatusCount: SendSideEstimator.historySize) else {
+                    drops[DropReason.invalidFeedback.rawValue] &+= 1
+                    continue
+                }
                 // The first feedback, and any that moves the estimate, re-divides it.
                 let first = transports[t].estimator?.hasFeedback == false
                 if let changed = transports[t].estimator?.received(feedback, now: now), changed || first {
@@ -41,7 +55,32 @@ extension MediaEngine {
         if it.malformed { drops[DropReason.malformedRtcp.rawValue] &+= 1 }
     }
 
-    /// A subscriber's NACK: each listed packet of the consumer it names is resent (`resend`).
+    /// What reading RTCP packet `p` may cost, in `RtcpBudget` work units, from its header
+    /// alone: 1, plus one per item the engine would look at (report blocks, FIR entries, NACK
+    /// pairs, and the packet statuses a transport-wide feedback claims when this transport has
+    /// an estimator to walk them and the claim is one it would walk).
+    @inline(__always)
+    func rtcpWork(_ p: RtcpPacket, transport t: Int) -> Int {
+        let items: Int
+        switch (p.packetType, p.countOrFormat) {
+        case (RtcpPacketType.senderReport, _), (RtcpPacketType.receiverReport, _):
+            items = Int(p.countOrFormat)
+        case (RtcpPacketType.payloadFeedback, 4):  // FIR: 8 bytes an entry
+            items = max(p.bytes.count - 12, 0) / 8
+        case (RtcpPacketType.transportFeedback, 1):  // generic NACK: 4 bytes a pair
+            items = max(p.bytes.count - 12, 0) / 4
+        case (RtcpPacketType.transportFeedback, 15):
+            // A claim beyond the estimator's history is refused unwalked: it costs nothing more.
+            let claimed = transports[t].estimator == nil ? 0 : (TransportFeedback.claimedStatusCount(p) ?? 0)
+            items = claimed <= SendSideEstimator.historySize ? claimed : 0
+        default:
+            items = 0
+        }
+        return 1 + items
+    }
+
+    /// A subscriber's NACK: each listed packet of the consumer it names is resent (`resend`),
+    /// until the consumer's resend budget runs out; the rest of the NACK is not looked up.
     private func answer(_ nack: GenericNack, transport t: Int, now: Nanoseconds) {
         let ssrc = nack.mediaSsrc
         var found = -1
@@ -50,10 +89,12 @@ extension MediaEngine {
         consumers[found].nacksReceived &+= 1
         for i in 0..<nack.pairCount {
             guard let (pid, blp) = nack.pair(at: i) else { break }
-            resend(consumer: found, sequence: pid, now: now)
+            guard resend(consumer: found, sequence: pid, now: now) else { return }
             var bit: UInt16 = 0
             while bit < 16 {
-                if blp & (1 << bit) != 0 { resend(consumer: found, sequence: pid &+ bit &+ 1, now: now) }
+                if blp & (1 << bit) != 0 {
+                    guard resend(consumer: found, sequence: pid &+ bit &+ 1, now: now) else { return }
+                }
                 bit += 1
             }
         }

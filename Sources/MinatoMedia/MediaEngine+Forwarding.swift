@@ -237,45 +237,48 @@ extension MediaEngine {
 
     /// Resends consumer `c`'s packet `sequence` (its own numbering) from the producer's store:
     /// as RTX (RFC 4588) when the subscriber negotiated it, else as first sent. At most once
-    /// per round-trip time for the same consumer and packet.
-    func resend(consumer c: Int, sequence: UInt16, now: Nanoseconds) {
-        let pid = consumers[c].parameters.producer
-        guard isActive(pid), let store = producers[currentSlot(c)].retransmissions,
-              let original = consumers[c].rewriter.original(of: sequence),
-              let stored = store.packet(original, now: now), let storedBase = stored.baseAddress
-        else { retransmissionMisses &+= 1; return }
-        retransmissionHits &+= 1
+    /// per round-trip time for the same consumer and packet. Each packet asked for costs one of
+    /// the consumer's `resendBudget` before it is looked up, found or not; returns false when
+    /// that budget is spent (the caller stops asking), true otherwise.
+    @discardableResult
+    func resend(consumer c: Int, sequence: UInt16, now: Nanoseconds) -> Bool {
         let transport = consumers[c].parameters.transport
         let mark = c * Self.resendSlots + Int(sequence) % Self.resendSlots
         let rtt = max(roundTripTime(transport), 5_000_000)
         if resentSequences[mark] == sequence, resentAt[mark] != 0, now &- resentAt[mark] < rtt {
-            retransmissionsThrottled &+= 1; return
+            retransmissionsThrottled &+= 1; return true
         }
         if now &- consumers[c].resendWindowStart >= Self.resendWindow {
             consumers[c].resendWindowStart = now
             consumers[c].resendsInWindow = 0
         }
-        guard consumers[c].resendsInWindow < Self.resendBudget else { retransmissionsThrottled &+= 1; return }
+        guard consumers[c].resendsInWindow < Self.resendBudget else { retransmissionsThrottled &+= 1; return false }
         consumers[c].resendsInWindow += 1
-        guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return }
+        let pid = consumers[c].parameters.producer
+        guard isActive(pid), let store = producers[currentSlot(c)].retransmissions,
+              let original = consumers[c].rewriter.original(of: sequence),
+              let stored = store.packet(original, now: now), let storedBase = stored.baseAddress
+        else { retransmissionMisses &+= 1; return true }
+        retransmissionHits &+= 1
+        guard transmitCount < outboxSlots else { drops[DropReason.outboxFull.rawValue] &+= 1; return true }
         let slot = outbox + transmitCount * Self.slotSize
         let rtxSsrc = consumers[c].parameters.rtxSsrc, rtxPayloadType = consumers[c].parameters.rtxPayloadType
         var length = stored.count
         slot.copyMemory(from: storedBase, byteCount: length)
         guard let first = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
-            drops[DropReason.reparseFailed.rawValue] &+= 1; return
+            drops[DropReason.reparseFailed.rawValue] &+= 1; return true
         }
         let timestamp = consumers[c].rewriter.translate(timestamp: first.timestamp)
         let view: RtpPacketView
         if let rtxSsrc, let rtxPayloadType {
-            guard length + 2 <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return }
+            guard length + 2 <= Self.maxPacketLength else { drops[DropReason.oversize.rawValue] &+= 1; return true }
             let h = first.headerLength
             (slot + h + 2).copyMemory(from: storedBase + h, byteCount: length - h)
             slot.storeBytes(of: UInt8(truncatingIfNeeded: sequence >> 8), toByteOffset: h, as: UInt8.self)
             slot.storeBytes(of: UInt8(truncatingIfNeeded: sequence), toByteOffset: h + 1, as: UInt8.self)
             length += 2
             guard let rtx = RtpPacketView(UnsafeMutableRawBufferPointer(start: slot, count: length)) else {
-                drops[DropReason.reparseFailed.rawValue] &+= 1; return
+                drops[DropReason.reparseFailed.rawValue] &+= 1; return true
             }
             view = rtx
             rtx.ssrc = rtxSsrc
@@ -306,6 +309,7 @@ extension MediaEngine {
         enqueue(transport: transport, length: length, isRtcp: false)
         rtpPacketsQueued &+= 1
         rtpBytesQueued &+= UInt64(length)
+        return true
     }
 
     /// Numbers a packet for consumer `c`'s transport (transport-wide congestion control): one

@@ -48,6 +48,8 @@ public final class MediaEngine {
         /// Probe padding owed, in bytes (fractions carried to the next slice).
         var probeCredit = 0
         var probeSliceAt: Nanoseconds = 0
+        /// What its peer's RTCP may still cost (`handleRtcp`); set from the tuning in `addTransport`.
+        var rtcpBudget = RtcpBudget(packetsPerSecond: 1, workPerSecond: 1)
     }
 
     /// Where an ended consumer's outgoing stream stopped (`TransportEntry.endedStreams`).
@@ -270,6 +272,7 @@ public final class MediaEngine {
         entry.active = true
         entry.router = router
         entry.feedbackSsrc = feedbackSsrc
+        entry.rtcpBudget = RtcpBudget(packetsPerSecond: tuning.rtcpPacketsPerSecond, workPerSecond: tuning.rtcpWorkPerSecond)
         if let slot = freeTransports.popLast() {
             entry.generation = transports[Int(slot)].generation
             transports[Int(slot)] = entry

@@ -43,16 +43,18 @@ public struct TransportFeedback: Sequence {
     }
 
     /// Validates a TWCC feedback packet; nil when it is another packet, shorter than its
-    /// 20-byte header, reports no packets, uses the reserved status symbol, or its status chunks
-    /// or receive deltas run past the end of the packet (its RTCP padding excluded).
+    /// 20-byte header, reports no packets or more than `maxStatusCount`, uses the reserved
+    /// status symbol, or its status chunks or receive deltas run past the end of the packet (its
+    /// RTCP padding excluded). A 40-byte packet of run-length chunks can claim 65,535 statuses:
+    /// `maxStatusCount` bounds the validation walk (and every later walk) before it starts.
     @inlinable
-    public init?(_ p: RtcpPacket) {
+    public init?(_ p: RtcpPacket, maxStatusCount: Int = 0xFFFF) {
         let b = p.bytes
         guard p.packetType == RtcpPacketType.transportFeedback, p.countOrFormat == 15,
               b.count >= 20 else { return nil }
         let end = p.unpaddedLength
         let count = Int(b.wireU16(14))
-        guard end >= 20, count > 0 else { return nil }
+        guard end >= 20, count > 0, count <= maxStatusCount else { return nil }
         var statuses = TransportFeedbackStatuses(b, from: 20, to: end)
         var deltaBytes = 0
         for _ in 0 ..< count {
@@ -88,6 +90,15 @@ public struct TransportFeedback: Sequence {
     @inlinable public var feedbackCount: UInt8 { bytes[19] }
 
     @inlinable public var underestimatedCount: Int { statusCount }
+
+    /// The packet status count that `p` claims, read from its header without validating
+    /// anything else (to price a feedback packet before walking it); nil when `p` is not a
+    /// transport-wide feedback packet of at least 16 bytes.
+    @inlinable
+    public static func claimedStatusCount(_ p: RtcpPacket) -> Int? {
+        guard p.packetType == RtcpPacketType.transportFeedback, p.countOrFormat == 15, p.bytes.count >= 16 else { return nil }
+        return Int(p.bytes.wireU16(14))
+    }
 
     @inlinable
     public func makeIterator() -> Iterator {

@@ -10,7 +10,7 @@ import MinatoWire
     static let sizes = [200, 800, 1400]
 
     final class Rig {
-        let h = EngineHarness()
+        let h: EngineHarness
         var producer: ProducerId!
         var consumer: ConsumerId!
         var sub: TransportIndex!
@@ -27,7 +27,8 @@ import MinatoWire
         /// TIDs of the packets the subscriber got (media on the consumer's SSRC).
         var tids: [UInt8] = []
 
-        init(temporal: Bool = false, sizes: [Int] = AllocationTests.sizes) throws {
+        init(temporal: Bool = false, sizes: [Int] = AllocationTests.sizes, tuning: EngineTuning = EngineTuning()) throws {
+            h = EngineHarness(tuning: tuning)
             self.temporal = temporal
             self.sizes = sizes
             var p = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,

@@ -4,14 +4,17 @@ import MinatoWire
 
 /// A router with one publisher transport and subscriber transports, driven on a simulated clock.
 final class EngineHarness {
-    let engine = MediaEngine()
+    let engine: MediaEngine
     var now: Nanoseconds = 1_000_000_000
     let router = RouterId(1)
     let publisher: TransportIndex
     var publisherSeq: UInt16 = 60_000
     var publisherTs: UInt32 = 4_000_000_000
 
-    init() { publisher = engine.addTransport(router: router, feedbackSsrc: 0xFEED) }
+    init(tuning: EngineTuning = EngineTuning()) {
+        engine = MediaEngine(tuning: tuning)
+        publisher = engine.addTransport(router: router, feedbackSsrc: 0xFEED)
+    }
 
     func producer(kind: MediaKind = .video, ssrc: UInt32 = 0x1111, pt: UInt8 = 96,
                   codec: VideoCodecKind = .vp8, keyFrame: KeyFrameRequestMethod = .pli) throws -> ProducerId {

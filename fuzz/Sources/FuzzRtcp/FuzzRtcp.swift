@@ -33,6 +33,16 @@ public func fuzzRtcp(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             }
             precondition(reported == twcc.statusCount, "TWCC iteration stopped early")
         }
+        // Maximal claims: with the engine's cap a packet parses only when its claim fits, and
+        // then exactly as without the cap.
+        let capped = TransportFeedback(p, maxStatusCount: 4096)
+        let claimed = TransportFeedback.claimedStatusCount(p)
+        if let capped {
+            precondition(capped.statusCount <= 4096 && capped.statusCount == claimed, "cap not applied")
+            precondition(TransportFeedback(p)?.statusCount == capped.statusCount, "capped parse differs")
+        } else if let claimed, claimed <= 4096 {
+            precondition(TransportFeedback(p) == nil, "cap refused a packet within it")
+        }
     }
     return sink == 42 ? 0 : 0
 }
