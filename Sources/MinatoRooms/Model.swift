@@ -28,6 +28,13 @@ public struct RoomConfiguration: Sendable {
     public var maxEventsPerPage = 100
     public var maxKeepaliveIntervalSec = 300
     public var maxKeepaliveIntervalGapSec = 120
+    /// Seconds a room may stay without a member before it is closed (`rooms.emptyTimeoutSec`;
+    /// 0 = never); rooms an admin created with `keepWhenEmpty` stay.
+    public var emptyTimeoutSec = 300
+    /// WHIP and WHEP sessions on the whole server (`whip.maxSessions`), and new ones one client
+    /// address may start per second (`whip.maxNewSessionsPerSecPerAddress`).
+    public var maxMediaSessions = 500
+    public var maxNewMediaSessionsPerSecPerAddress = 5
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.
@@ -73,10 +80,17 @@ final class Room {
     let router: RouterId
     /// Connections that asked for events with subscribeRoomEvents.
     var listeners: [UInt64: ClientChannel] = [:]
+    /// Since when the room has had no member (nil: it has one): after `rooms.emptyTimeoutSec`
+    /// the sweep closes it, unless `keepWhenEmpty` (an admin's choice at creation).
+    var emptySince: ContinuousClock.Instant?
+    let keepWhenEmpty: Bool
 
-    init(id: String, name: String?, metadata: String, password: PasswordHash?, worker: Int, router: RouterId) {
+    init(id: String, name: String?, metadata: String, password: PasswordHash?, worker: Int, router: RouterId,
+         keepWhenEmpty: Bool = false, now: ContinuousClock.Instant) {
         self.id = id; self.name = name; self.metadata = metadata; self.password = password
         self.worker = worker; self.router = router
+        self.keepWhenEmpty = keepWhenEmpty
+        self.emptySince = now
     }
 
     /// Appends an event, then drops the oldest while the log is over `maxCount` events or `maxBytes`.
@@ -107,6 +121,12 @@ final class Room {
         ["id": .string(id), "name": name.json, "metadata": .string(metadata), "hasPassword": .bool(password != nil),
          "version": .int(version), "members": .array(members.map(\.json)),
          "publications": .array(publications.map(\.json)), "subscriptions": .array(subscriptions.map(\.json))]
+    }
+
+    /// When an empty room is due to close (`rooms.emptyTimeoutSec`, 0 = never), or nil.
+    func closesWhenEmpty(after timeoutSec: Int) -> ContinuousClock.Instant? {
+        guard timeoutSec > 0, !keepWhenEmpty, let since = emptySince else { return nil }
+        return since + .seconds(timeoutSec)
     }
 }
 

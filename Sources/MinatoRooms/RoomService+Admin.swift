@@ -15,7 +15,10 @@ extension RoomService {
         })]
     }
 
-    public func adminCreateRoom(name: String?, metadata: String?, password: String?) async throws(RoomError) -> JSONValue {
+    /// A room made by the admin API; with `keepWhenEmpty` it stays when it has no member for
+    /// `rooms.emptyTimeoutSec` (other rooms close then).
+    public func adminCreateRoom(name: String?, metadata: String?, password: String?,
+                                keepWhenEmpty: Bool = false) async throws(RoomError) -> JSONValue {
         _ = try Validate.name(name, key: "name")
         _ = try Validate.metadata(metadata, key: "metadata")
         _ = try Validate.password(password, key: "password")
@@ -26,7 +29,7 @@ extension RoomService {
         try check()
         let hash = await hashPassword(password)
         try check()
-        let room = makeRoom(name: name, metadata: metadata ?? "", password: hash)
+        let room = makeRoom(name: name, metadata: metadata ?? "", password: hash, keepWhenEmpty: keepWhenEmpty)
         return ["room": room.json]
     }
 

@@ -20,6 +20,7 @@ extension RoomService {
         // No `run` wraps these calls: what they emit (joins, publications, subscriptions) goes
         // out here, after the work, as `run` would send it after the response.
         defer { forgetConnection(channel); flushOutbox() }
+        try admitSession(from: r.clientAddress)
         try await bindToken(r.token, channel)
         let sd = try SdpNegotiation.parse(r.offer)
         let sending = sd.media.filter {
@@ -33,8 +34,18 @@ extension RoomService {
         let remote = try SdpNegotiation.remoteTransport(of: sd)
         let name = r.memberName ?? Self.sessionName("whip")
         try permitSession(.ingest, roomName: r.roomName, memberName: name, channel: channel)
-        _ = try await findOrCreateRoom(CreateRoomRequest(name: r.roomName), from: channel)
-        let (room, member) = try await joinSession(r, name: name, from: channel)
+        // What `join` would refuse is refused before a room is made for it.
+        try checkMemberLimits(joiningRoomNamed: r.roomName)
+        let existed = rooms.contains { $0.name == r.roomName }
+        let made = try await findOrCreateRoom(CreateRoomRequest(name: r.roomName), from: channel)
+        let room: Room, member: LocalSFURoomMember
+        do {
+            (room, member) = try await joinSession(r, name: name, from: channel)
+        } catch {
+            // A request that fails changes nothing: the room it made goes again.
+            if !existed, let id = made.objectValue?["id"]?.stringValue { discardUnusedRoom(id) }
+            throw error
+        }
         do {
             var answer: SessionDescriptionText?
             for m in sending {
@@ -49,6 +60,7 @@ extension RoomService {
                                       answer: answer.sdp, etag: member.mediaSession?.etag ?? "")
         } catch {
             removeMember(member, from: room, reason: "left")
+            if !existed { discardUnusedRoom(room.id) }
             flushOutbox()
             throw error
         }
@@ -58,6 +70,7 @@ extension RoomService {
         // No `run` wraps these calls: what they emit (joins, publications, subscriptions) goes
         // out here, after the work, as `run` would send it after the response.
         defer { forgetConnection(channel); flushOutbox() }
+        try admitSession(from: r.clientAddress)
         try await bindToken(r.token, channel)
         let name = Self.sessionName("whep")
         try permitSession(.egress, roomName: r.roomName, memberName: name, channel: channel)
@@ -155,13 +168,53 @@ extension RoomService {
 
     // MARK: Internals
 
+    /// The session named by `secret` (the id in its URL): anything but 32 hex digits is no
+    /// session, without a lookup; otherwise one dictionary lookup, and the stored secret compared
+    /// in constant time.
     func mediaSessionMember(_ secret: String) -> (Room, LocalSFURoomMember)? {
-        for room in rooms {
-            for m in room.members {
-                if let s = m.mediaSession?.secret, constantTimeEquals(s, secret) { return (room, m) }
-            }
+        guard secret.utf8.count == Self.sessionSecretDigits, secret.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || (0x41...0x46).contains($0) }),
+              let owner = mediaSessions[secret], let room = rooms.first(where: { $0.id == owner.room }),
+              let member = room.member(owner.member), let s = member.mediaSession?.secret, constantTimeEquals(s, secret)
+        else { return nil }
+        return (room, member)
+    }
+
+    /// Hex digits of a session's secret (128 bits).
+    static let sessionSecretDigits = 32
+
+    /// A new WHIP/WHEP session may start: within `whip.maxNewSessionsPerSecPerAddress` for its
+    /// client address (429; first, so one address's flood is refused as such), and under
+    /// `whip.maxSessions` on the server (503). Checked before anything is parsed or made.
+    func admitSession(from address: String) throws(RoomError) {
+        guard sessionStarts.admit(address, now: clock.now) else {
+            throw RoomError.limitExceeded(
+                "This address started \(configuration.maxNewMediaSessionsPerSecPerAddress) sessions in the last second (whip.maxNewSessionsPerSecPerAddress); wait a second.")
         }
-        return nil
+        guard mediaSessions.count < configuration.maxMediaSessions else {
+            throw RoomError(code: 503, name: "limitExceeded",
+                            detail: "The server has its maximum of \(configuration.maxMediaSessions) WHIP/WHEP sessions (whip.maxSessions); try again later.")
+        }
+    }
+
+    /// The server-wide limits a session's member and transport would break (`rooms.maxMembers`,
+    /// `media.maxTransports`, and `rooms.maxMembersPerRoom` when the room exists), checked
+    /// before a room is made for it; `join` and the transport check them again.
+    private func checkMemberLimits(joiningRoomNamed name: String) throws(RoomError) {
+        if let room = rooms.first(where: { $0.name == name }), room.members.count >= configuration.maxMembersPerRoom {
+            throw .limitExceeded("The room has its maximum of \(configuration.maxMembersPerRoom) members (rooms.maxMembersPerRoom).")
+        }
+        guard rooms.reduce(0, { $0 + $1.members.count }) < configuration.maxMembers else {
+            throw .limitExceeded("The server has its maximum of \(configuration.maxMembers) members (rooms.maxMembers).")
+        }
+        guard transportOwners.count + transportsBeingCreated < configuration.maxTransports else {
+            throw .limitExceeded("The server has its maximum of \(configuration.maxTransports) media transports (media.maxTransports).")
+        }
+    }
+
+    /// Closes a room this request made and nobody uses (no member, no event listener).
+    private func discardUnusedRoom(_ id: String) {
+        guard let room = rooms.first(where: { $0.id == id }), room.members.isEmpty, room.listeners.isEmpty else { return }
+        close(room)
     }
 
     /// A session's connection exists only for its one request: its token binding and ledger go.
@@ -207,7 +260,9 @@ extension RoomService {
         guard case .object(let o) = joined.member, let id = o["id"]?.stringValue, let member = room.member(id) else {
             throw RoomError.internalError("The session's member could not be made.")
         }
-        member.mediaSession = MediaSession(secret: Self.randomHex(32), etag: "\"" + Self.randomHex(16) + "\"")
+        let secret = Self.randomHex(Self.sessionSecretDigits)
+        member.mediaSession = MediaSession(secret: secret, etag: "\"" + Self.randomHex(16) + "\"")
+        mediaSessions[secret] = (room.id, member.id)
         do {
             try authorize(.member(r.kind == .ingest ? "publish" : "subscribe"), target: .member(id), from: channel)
         } catch {
@@ -288,8 +343,12 @@ public struct MediaSessionRequest: Sendable {
     public var offer: String
     /// The bearer token (needed when auth is on).
     public var token: String?
-    public init(kind: Kind, roomName: String, memberName: String?, offer: String, token: String? = nil) {
+    /// The client's IP address (new sessions per address are limited); "" when unknown.
+    public var clientAddress: String
+    public init(kind: Kind, roomName: String, memberName: String?, offer: String, token: String? = nil,
+                clientAddress: String = "") {
         self.kind = kind; self.roomName = roomName; self.memberName = memberName; self.offer = offer; self.token = token
+        self.clientAddress = clientAddress
     }
 }
 

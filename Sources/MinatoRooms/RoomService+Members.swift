@@ -51,6 +51,7 @@ extension RoomService {
                                         roomId: room.id, channel: channel, keepaliveIntervalSec: interval,
                                         keepaliveIntervalGapSec: gap, now: clock.now)
         room.members.append(member)
+        room.emptySince = nil
         armSweep()
         emit(room, "memberJoined", ["member": member.json])
         logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
@@ -140,8 +141,13 @@ extension RoomService {
             let id = t.id
             worker.post { $0.closeTransport(id) }
         }
+        if let secret = member.mediaSession?.secret { mediaSessions[secret] = nil }
         emit(room, "memberLeft", ["member": member.json], reason: reason)
         room.members.removeAll { $0 === member }
+        if room.members.isEmpty {
+            room.emptySince = clock.now
+            armSweep()
+        }
         logger.info("member left", metadata: ["room": "\(room.id)", "member": "\(member.id)", "reason": "\(reason)"])
     }
 
@@ -160,6 +166,13 @@ extension RoomService {
                 } else if now - m.lastSeen > ttl {
                     removeMember(m, from: room, reason: "keepaliveExpired")
                 }
+            }
+        }
+        // Rooms with no member for rooms.emptyTimeoutSec (after the expiries above emptied some).
+        for room in rooms {
+            if let due = room.closesWhenEmpty(after: configuration.emptyTimeoutSec), now >= due {
+                logger.info("room closed: empty", metadata: ["room": "\(room.id)", "emptyTimeoutSec": "\(configuration.emptyTimeoutSec)"])
+                close(room, reason: "emptyTimeout")
             }
         }
         flushOutbox()

@@ -225,6 +225,9 @@ extension RoomService {
             return try await workers[room.worker].perform(body)
         } catch let e as RoomError {
             throw e
+        } catch WorkerError.noFreePort {
+            throw RoomError(code: 503, name: "limitExceeded",
+                            detail: "Every UDP port of media.ice.portMin...media.ice.portMax is in use; try again later.")
         } catch WorkerError.media(.ssrcInUse(let ssrc)) {
             throw RoomError.invalidParameter("SSRC \(ssrc) is already published on this connection; each stream needs its own.")
         } catch {

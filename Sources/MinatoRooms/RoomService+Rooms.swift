@@ -42,15 +42,17 @@ extension RoomService {
         return await passwords.hash(password)
     }
 
-    func makeRoom(name: String?, metadata: String, password: PasswordHash?) -> Room {
+    func makeRoom(name: String?, metadata: String, password: PasswordHash?, keepWhenEmpty: Bool = false) -> Room {
         // Least-loaded worker by room count.
         var counts = [Int](repeating: 0, count: workers.count)
         for r in rooms where counts.indices.contains(r.worker) { counts[r.worker] += 1 }
         let worker = counts.indices.min { counts[$0] < counts[$1] } ?? 0
         let room = Room(id: UUID().uuidString.lowercased(), name: name, metadata: metadata,
-                        password: password, worker: worker, router: RouterId(nextRouterId))
+                        password: password, worker: worker, router: RouterId(nextRouterId),
+                        keepWhenEmpty: keepWhenEmpty, now: clock.now)
         nextRouterId &+= 1
         rooms.append(room)
+        armSweep()  // its empty timeout
         logger.info("room created", metadata: ["room": "\(room.id)", "worker": "\(worker)"])
         return room
     }
@@ -96,13 +98,15 @@ extension RoomService {
         close(room)
     }
 
-    func close(_ room: Room) {
+    /// Closes `room`: every member leaves (reason `roomClosed`), then the `closed` event, with
+    /// `reason` when given (`emptyTimeout` for a room the sweep closed).
+    func close(_ room: Room, reason: String? = nil) {
         // Members hear `closed` too (after their memberLeft), not only event listeners.
         for m in room.members {
             if let c = m.channel { room.listeners[c.id] = c }
             removeMember(m, from: room, reason: "roomClosed")
         }
-        emit(room, "closed", [:])
+        emit(room, "closed", [:], reason: reason)
         rooms.removeAll { $0 === room }
         logger.info("room closed", metadata: ["room": "\(room.id)"])
     }

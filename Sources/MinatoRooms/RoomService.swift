@@ -35,6 +35,10 @@ public actor RoomService {
     let passwords = PasswordChecks()
     /// Transports being created (they count against `maxTransports` already).
     var transportsBeingCreated = 0
+    /// WHIP/WHEP sessions by their secret (the id in the session URL): the room and member ids.
+    var mediaSessions: [String: (room: String, member: String)] = [:]
+    /// New WHIP/WHEP sessions per client address (`whip.maxNewSessionsPerSecPerAddress`).
+    lazy var sessionStarts = AddressRateLimiter(perSecond: configuration.maxNewMediaSessionsPerSecPerAddress)
     var nextWaiterToken: UInt64 = 0
 
     public init(configuration: RoomConfiguration, workers: [MediaWorker], logger: Logger, verifier: TokenVerifier? = nil) {
@@ -88,6 +92,7 @@ public actor RoomService {
         var soonest: ContinuousClock.Instant?
         func consider(_ t: ContinuousClock.Instant) { if soonest.map({ t < $0 }) ?? true { soonest = t } }
         for room in rooms {
+            if let due = room.closesWhenEmpty(after: configuration.emptyTimeoutSec) { consider(due) }
             for m in room.members where m.mediaSession == nil {
                 consider(m.lastSeen + .seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec))
                 if let gone = m.disconnectedAt { consider(gone + .seconds(m.keepaliveIntervalGapSec)) }

@@ -49,8 +49,11 @@ public enum WorkerError: Error, CustomStringConvertible, Sendable {
     case unknownTransport(TransportId)
     case media(MediaError)
     case transport(String)
+    /// libnice found no free UDP port in `media.ice.portMin...portMax` for a new transport.
+    case noFreePort
     public var description: String {
         switch self {
+        case .noFreePort: return "no free UDP port in the media port range"
         case .unknownTransport(let id): return "no such \(id) on this worker"
         case .media(let e): return e.description
         case .transport(let s): return s
@@ -221,6 +224,9 @@ public final class WorkerCore {
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description
+        } catch IceAgent.Failure.gather {
+            engine.removeTransport(index)
+            throw WorkerError.noFreePort
         } catch {
             engine.removeTransport(index)
             throw WorkerError.transport("\(error)")
