@@ -67,9 +67,11 @@ let package = Package(
             name: "MinatoServer",
             dependencies: ["MinatoRooms", "MinatoSignaling", "MinatoTransport",
                            .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                            .product(name: "HTTPTypes", package: "swift-http-types"),
                            .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "Yams", package: "Yams"),
                            .product(name: "JWTKit", package: "jwt-kit"),
@@ -98,7 +100,9 @@ let package = Package(
 
         .testTarget(name: "MinatoWireTests", dependencies: ["MinatoWire"], resources: [.copy("Fixtures")]),
         .testTarget(name: "MinatoMediaTests", dependencies: ["MinatoMedia", "MinatoWire"]),
-        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms", "MinatoSignaling"]),
+        .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms", "MinatoSignaling",
+                                                              .product(name: "NIOEmbedded", package: "swift-nio"),
+                                                              .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]

@@ -24,6 +24,14 @@ public struct RoomConfiguration: Sendable {
     public var maxTransports = 2000
     public var maxRemoteCandidates = 64
     public var maxPendingCandidateBytes = 16 * 1024
+    /// A client's SDP (publish, negotiate, answer, WHIP/WHEP bodies): its size in bytes
+    /// (`server.maxSdpBytes`), checked before it is parsed; its m= sections
+    /// (`media.sdp.maxMediaSections`; a subscriber's answer may have as many as the server's
+    /// offer, `maxAnswerMediaSections`) and payload types per m-section
+    /// (`media.sdp.maxCodecsPerSection`), checked while it is parsed (`SdpNegotiation.parse`).
+    public var maxSdpBytes = 64 * 1024
+    public var maxSdpMediaSections = 64
+    public var maxSdpCodecsPerSection = 64
     public var maxEncodings = 4
     public var maxEventsPerPage = 100
     public var maxKeepaliveIntervalSec = 300
@@ -34,7 +42,7 @@ public struct RoomConfiguration: Sendable {
     /// WHIP and WHEP sessions on the whole server (`whip.maxSessions`), and new ones one client
     /// address may start per second (`whip.maxNewSessionsPerSecPerAddress`).
     public var maxMediaSessions = 500
-    public var maxNewMediaSessionsPerSecPerAddress = 5
+    public var maxNewMediaSessionsPerSecPerAddress = 10
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.
@@ -157,11 +165,11 @@ final class LocalSFURoomMember {
     /// the member is gone.
     var waiters: [WaiterToken: CheckedContinuation<Bool, Never>] = [:]
 
-    var recvSlots: [ReceiveSlot] = []
+    /// The receive connection's m-lines and the subscriptions they carry.
+    var recvSlots = ReceiveSlots()
     /// Set for a member made by an HTTP media session (WHIP/WHEP, RoomService+MediaSessions):
     /// no keepalive expiry and no server offers.
     var mediaSession: MediaSession?
-    var nextMid = 0
     var recvVersion = 0
     var sendVersion = 0
     let sessionId = UInt64.random(in: 1...UInt64(Int64.max))

@@ -33,7 +33,8 @@ struct PeerTransport {
 
     private(set) var state = State.none
     private(set) var remote = Remote.pending(candidates: [], bytes: 0)
-    /// Candidates the client has trickled over the connection's life (a limit counts them).
+    /// Candidates the client has trickled over the connection's life, and those of the description
+    /// applied (`media.maxRemoteCandidates` counts them).
     private(set) var trickled = 0
 
     var description: TransportDescription? {
@@ -96,11 +97,17 @@ struct PeerTransport {
         }
     }
 
-    /// The client's description arrived: returns the held candidates to add to it, or nil when
-    /// the remote parameters were applied already (later descriptions change nothing).
-    mutating func applyRemote() -> [String?]? {
+    /// The client's description arrived, with `candidates` of its own: returns the held
+    /// candidates to add to it, or nil when the remote parameters were applied already (later
+    /// descriptions change nothing). Its candidates count with the trickled ones toward
+    /// `maxCount` (over it: `limitExceeded`, nothing applied).
+    mutating func applyRemote(candidates: Int = 0, maxCount: Int = .max) throws(RoomError) -> [String?]? {
         guard case .pending(let held, _) = remote else { return nil }
+        guard candidates <= maxCount - trickled else {
+            throw .limitExceeded("The description's \(candidates) candidates and the \(trickled) trickled for this connection are more than \(maxCount) (media.maxRemoteCandidates).")
+        }
         remote = .applied
+        trickled += candidates
         return held
     }
 }

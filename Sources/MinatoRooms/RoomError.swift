@@ -61,6 +61,10 @@ public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     }
     public static func unsupportedMediaType(_ d: String) -> RoomError { .init(code: 415, name: "unsupportedMediaType", detail: d) }
     public static func limitExceeded(_ d: String) -> RoomError { .init(code: 429, name: "limitExceeded", detail: d) }
+    /// An SDP over one of the size and shape limits (`server.maxSdpBytes`, `media.sdp.*`, its
+    /// candidates over `media.maxRemoteCandidates`): `limitExceeded` with code 413, as WHIP and
+    /// WHEP answer it (Content Too Large; sending it again will not help).
+    public static func sdpLimitExceeded(_ d: String) -> RoomError { .init(code: 413, name: "limitExceeded", detail: d) }
     public static func internalError(_ d: String) -> RoomError { .init(code: 500, name: "internal", detail: d) }
 
     public var json: JSONValue {

@@ -22,7 +22,7 @@ extension RoomService {
         defer { forgetConnection(channel); flushOutbox() }
         try admitSession(from: r.clientAddress)
         try await bindToken(r.token, channel)
-        let sd = try SdpNegotiation.parse(r.offer)
+        let sd = try await parseClientSdp(r.offer)
         let sending = sd.media.filter {
             ($0.kind == "audio" || $0.kind == "video") && $0.port != 0 && ($0.direction == .sendonly || $0.direction == .sendrecv)
         }
@@ -31,7 +31,7 @@ extension RoomService {
         }
         // What `publish` would refuse is refused before the member exists (no join/leave events).
         for m in sending { _ = try SdpNegotiation.publishedStream(m) }
-        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let remote = try SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         let name = r.memberName ?? Self.sessionName("whip")
         try permitSession(.ingest, roomName: r.roomName, memberName: name, channel: channel)
         // What `join` would refuse is refused before a room is made for it.
@@ -48,10 +48,11 @@ extension RoomService {
         }
         do {
             var answer: SessionDescriptionText?
-            for m in sending {
+            for (i, m) in sending.enumerated() {
                 guard let mid = m.mid else { throw RoomError.invalidSdp("Every m-section needs an a=mid line.") }
+                let offer = ParsedSendOffer(description: sd, section: m, remote: remote, answers: i == sending.count - 1)
                 let result = try await publish(PublishRequest(memberId: member.id, contentType: m.kind, mid: mid, offer: r.offer),
-                                               from: channel)
+                                               parsed: offer, from: channel)
                 answer = result.answer
             }
             guard let answer else { throw RoomError.internalError("The session's answer could not be made.") }
@@ -74,11 +75,18 @@ extension RoomService {
         try await bindToken(r.token, channel)
         let name = Self.sessionName("whep")
         try permitSession(.egress, roomName: r.roomName, memberName: name, channel: channel)
-        guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw RoomError.roomNotFound("named '\(r.roomName)'") }
-        guard let publisherName = r.memberName, let publisher = room.members.first(where: { $0.name == publisherName }) else {
-            throw RoomError.memberNotFound(r.memberName ?? "")
+        // The room and the publisher are looked up before the offer is read (their 404s come
+        // first) and again after it (it is read off the actor: they may have gone meanwhile).
+        func target() throws(RoomError) -> (Room, String, LocalSFURoomMember) {
+            guard let room = rooms.first(where: { $0.name == r.roomName }) else { throw .roomNotFound("named '\(r.roomName)'") }
+            guard let publisherName = r.memberName, let publisher = room.members.first(where: { $0.name == publisherName }) else {
+                throw .memberNotFound(r.memberName ?? "")
+            }
+            return (room, publisherName, publisher)
         }
-        let sd = try SdpNegotiation.parse(r.offer)
+        _ = try target()
+        let sd = try await parseClientSdp(r.offer)
+        let (room, publisherName, publisher) = try target()
         var wanted: [(MediaDescription, RoomPublication?)] = []
         for m in sd.media where (m.kind == "audio" || m.kind == "video") && m.port != 0 && m.mid != nil
             && (m.direction == .recvonly || m.direction == .sendrecv) && !wanted.contains(where: { $0.0.kind == m.kind }) {
@@ -98,7 +106,7 @@ extension RoomService {
                 throw RoomError.invalidParameter("m-section '\(m.mid ?? "")' offers no codec Minato forwards (audio: opus; video: VP8, VP9, H264 packetization-mode=1, AV1).")
             }
         }
-        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let remote = try SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         let (_, member) = try await joinSession(r, name: name, from: channel)
         do {
             let local = try await transport(.recv, of: member, in: room)

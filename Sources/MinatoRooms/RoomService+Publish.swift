@@ -8,6 +8,12 @@ internal import MinatoWire
 /// candidates, worker calls).
 extension RoomService {
     public func publish(_ r: PublishRequest, from channel: ClientChannel) async throws -> PublishResult {
+        try await publish(r, parsed: nil, from: channel)
+    }
+
+    /// `publish` with `r.offer` read already when `parsed` is given (WHIP ingest publishes every
+    /// m-section of one offer); else it is parsed here, off the actor (`parseClientSdp`).
+    func publish(_ r: PublishRequest, parsed: ParsedSendOffer?, from channel: ClientChannel) async throws -> PublishResult {
         let (room, member) = try joinedMember(r.memberId, channel: channel)
         let contentType = r.contentType, mid = r.mid
         guard contentType == "audio" || contentType == "video" else {
@@ -21,8 +27,9 @@ extension RoomService {
             throw RoomError.invalidParameter("maxSubscribers must be 1...\(cap) (the server's cap and the token's sfu.maxSubscribersLimit).")
         }
         let encodings = try Validate.encodings(r.encodings, key: "encodings", max: configuration.maxEncodings)
-        let sd = try SdpNegotiation.parse(r.offer)
-        guard let m = sd.media.first(where: { $0.mid == mid }) else {
+        let sd: SessionDescription
+        if let parsed { sd = parsed.description } else { sd = try await parseClientSdp(r.offer) }
+        guard let m = parsed?.section ?? sd.media.first(where: { $0.mid == mid }), m.mid == mid else {
             throw RoomError.invalidParameter("The offer has no m-line with mid '\(mid.prefix(64))'.")
         }
         guard m.kind == contentType else {
@@ -39,7 +46,7 @@ extension RoomService {
         }
         let stream = try SdpNegotiation.publishedStream(m)
         let layers = try Self.simulcastLayers(rids: stream.rids, encodings: encodings, max: configuration.maxEncodings)
-        let (local, answer) = try await answerSendOffer(sd, of: member, in: room)
+        let (local, answer) = try await answerSendOffer(sd, remote: parsed?.remote, answers: parsed?.answers ?? true, of: member, in: room)
         let tid = local.id
         let kind: MediaKind = contentType == "audio" ? .audio : .video
         let producer = try await onWorker(room) { core in
@@ -73,6 +80,16 @@ extension RoomService {
         return PublishResult(publication: pub.json, answer: .init(type: "answer", sdp: answer))
     }
 
+    /// An offer `ingest` has read already: `publish` takes the m-line `section` of it and applies
+    /// `remote`; it answers only when `answers` (a WHIP session is answered once, for the whole
+    /// offer, after its last m-line is published), so publishing every m-line stays linear.
+    struct ParsedSendOffer {
+        let description: SessionDescription
+        let section: MediaDescription
+        let remote: RemoteTransportParameters
+        let answers: Bool
+    }
+
     /// A simulcast publication's layers, lowest first: the offer's RIDs in the order of the
     /// request's `encodings` (SkyWay lists them low to high), or in the offer's order without
     /// `encodings`. Every RID must be an encoding id then; at most `rooms.maxEncodings` layers.
@@ -92,18 +109,20 @@ extension RoomService {
     /// Renegotiates the send connection without publishing (after an unpublish, say).
     public func negotiate(memberId: String, offer: String, from channel: ClientChannel) async throws -> SessionDescriptionText {
         let (room, member) = try joinedMember(memberId, channel: channel)
-        let (_, answer) = try await answerSendOffer(try SdpNegotiation.parse(offer), of: member, in: room)
+        let (_, answer) = try await answerSendOffer(try await parseClientSdp(offer), of: member, in: room)
         return .init(type: "answer", sdp: answer)
     }
 
     /// Answers the client's offer on the send connection: its transport (made on first use),
-    /// the client's parameters applied once, and the next answer version.
-    private func answerSendOffer(_ sd: SessionDescription, of member: LocalSFURoomMember,
-                                 in room: Room) async throws -> (TransportDescription, String) {
-        let remote = try SdpNegotiation.remoteTransport(of: sd)
+    /// the client's parameters (`remote`, read from `sd` when not given) applied once, and the
+    /// next answer version (none made, "" returned, unless `answers`).
+    private func answerSendOffer(_ sd: SessionDescription, remote given: RemoteTransportParameters? = nil, answers: Bool = true,
+                                 of member: LocalSFURoomMember, in room: Room) async throws -> (TransportDescription, String) {
+        let remote = try given ?? SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         let local = try await transport(.send, of: member, in: room)
         try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
         try stillJoined(member, room)
+        guard answers else { return (local, "") }
         member.sendVersion += 1
         let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
         return (local, answer)
@@ -206,10 +225,13 @@ extension RoomService {
         return description
     }
 
-    /// Applies the client's ICE/DTLS parameters, with the candidates held so far, the first time only.
+    /// Applies the client's ICE/DTLS parameters, with the candidates held so far, the first time
+    /// only; the description's candidates count with the trickled ones (`media.maxRemoteCandidates`).
     func applyRemoteOnce(_ remote: RemoteTransportParameters, _ direction: ConnectionDirection,
                          of member: LocalSFURoomMember, in room: Room, transport id: TransportId) async throws {
-        guard let held = member.mutateTransport(direction, { $0.applyRemote() }) else { return }
+        let count = remote.candidates.count, max = configuration.maxRemoteCandidates
+        guard let held = try member.mutateTransport(direction, { t throws(RoomError) in try t.applyRemote(candidates: count, maxCount: max) })
+        else { return }
         var remote = remote
         for c in held {
             if let c { remote.candidates.append(c) } else { remote.endOfCandidates = true }

@@ -35,14 +35,14 @@ extension RoomService {
         do {
             try stillJoined(member, room)
             let pub = try check()
-            let mid = String(member.nextMid)
-            member.nextMid += 1
-            let ssrc = UInt32.random(in: 1...UInt32.max)
-            let sub = RoomSubscription(id: UUID().uuidString.lowercased(), publicationId: pub.id, subscriberId: member.id,
-                                       contentType: pub.contentType, mid: mid, ssrc: ssrc, preferredEncodingId: r.preferredEncodingId)
-            member.recvSlots.append(ReceiveSlot(mid: mid, subscribing: pub.stream, subscriptionId: sub.id, ssrc: ssrc,
-                                                streamId: pub.publisherId, trackId: pub.id,
-                                                cname: "minato-\(pub.publisherId.prefix(8))"))
+            // An ended m-line of this kind is taken again when there is one (`ReceiveSlots`).
+            let id = UUID().uuidString.lowercased()
+            let slot = member.recvSlots.take(pub.stream, subscriptionId: id, streamId: pub.publisherId, trackId: pub.id,
+                                             cname: "minato-\(pub.publisherId.prefix(8))",
+                                             maxSubscriptions: configuration.maxSubscriptionsPerMember)
+            let mid = slot.mid
+            let sub = RoomSubscription(id: id, publicationId: pub.id, subscriberId: member.id, contentType: pub.contentType,
+                                       mid: mid, ssrc: slot.ssrc, preferredEncodingId: r.preferredEncodingId)
             room.subscriptions.append(sub)
             let offer = makeReceiveOffer(member, local: local, by: token)
             emit(room, "publicationSubscribed", ["subscription": sub.json])
@@ -88,21 +88,29 @@ extension RoomService {
     /// `ReceiveSlot.acceptedFormats`), and the next waiting request (or an owed offer) goes on.
     public func answer(memberId: String, answer sdp: String, from channel: ClientChannel) async throws {
         let (room, member) = try joinedMember(memberId, channel: channel)
-        let sd = try SdpNegotiation.parse(sdp)
+        guard member.receive.offerOutstanding else {
+            throw RoomError.invalidParameter("No server offer is waiting for an answer from this member.")
+        }
+        let sd = try await parseClientSdp(sdp, answer: true)
+        try stillJoined(member, room)
         guard member.receive.offerOutstanding, let local = member.recv.description else {
             throw RoomError.invalidParameter("No server offer is waiting for an answer from this member.")
         }
-        let remote = try SdpNegotiation.remoteTransport(of: sd)
+        let remote = try SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         // The offer that was answered carried exactly these subscriptions (later ones wait for their own answer).
         let accepted = room.subscriptions.filter { $0.subscriberId == member.id && $0.consumer == nil }
+        // The m-lines this answer saw ended may carry new subscriptions from now on.
+        member.recvSlots.answered(version: member.recvVersion)
         perform(try member.receive.answered(connected: member.channel != nil), for: member)
         try await applyRemoteOnce(remote, .recv, of: member, in: room, transport: local.id)
         try stillJoined(member, room)
         let tid = local.id
+        let sections = sd.mediaIndicesByMid
         for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil {
             guard let pub = room.publication(sub.publicationId), let producer = pub.producer else { continue }
-            guard let slot = member.recvSlots.first(where: { $0.subscriptionId == sub.id }),
-                  SfuSdp.acceptance(of: slot.stream, in: sd).codec else {
+            let slot = member.recvSlots.slot(carrying: sub.id)
+            let section = slot.flatMap { sections[$0.mid] }.map { sd.media[$0] }
+            guard let slot, SfuSdp.acceptance(of: slot.stream, section: section).codec else {
                 // The subscriber refused the stream (rejected m-section, or its codec is not one
                 // it decodes): no consumer; the subscription ends and the next offer drops it.
                 endSubscription(sub, in: room, offerToSubscriber: true, reason: "codecNotSupported")
@@ -112,7 +120,7 @@ extension RoomService {
             for (publisherId, subscriberId) in pub.stream.extensionIds { ids[publisherId] = subscriberId }
             let map = ids
             let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
-            let formats = slot.acceptedFormats(in: sd)
+            let formats = slot.acceptedFormats(in: section)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
             let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
             let consumer = try await onWorker(room) { core in
@@ -132,7 +140,7 @@ extension RoomService {
         room.subscriptions.removeAll { $0 === sub }
         emit(room, "publicationUnsubscribed", ["subscription": sub.json], reason: reason)
         guard let member = room.member(sub.subscriberId) else { return }
-        if let i = member.recvSlots.firstIndex(where: { $0.subscriptionId == sub.id }) { member.recvSlots[i].subscriptionId = nil }
+        member.recvSlots.end(sub.id)
         if let i = member.mediaSession?.egress.firstIndex(where: { $0.subscriptionId == sub.id }) {
             // A WHEP m-section is kept for the publisher's next publication; no offer (the player cannot take one).
             member.mediaSession?.egress[i].subscriptionId = nil
@@ -162,7 +170,8 @@ extension RoomService {
     /// the service itself for a notification), with its answer deadline armed.
     func makeReceiveOffer(_ member: LocalSFURoomMember, local: TransportDescription, by holder: WaiterToken?) -> SessionDescriptionText {
         member.recvVersion += 1
-        let sdp = SdpNegotiation.receiveOffer(slots: member.recvSlots, local: local, version: member.recvVersion,
+        member.recvSlots.offered(version: member.recvVersion)
+        let sdp = SdpNegotiation.receiveOffer(slots: member.recvSlots.slots, local: local, version: member.recvVersion,
                                               sessionId: member.sessionId)
         let deadline = clock.now + Self.offerAnswerWait
         member.receive.offerSent(by: holder, deadline: deadline)

@@ -57,14 +57,41 @@ enum SdpNegotiation {
     /// BUNDLE group is part of the bundle, not rejected (RFC 8843 7.2): it is given port 9 here,
     /// so publish checks and the answer treat it like any other bundled m-section. Firefox with
     /// `bundlePolicy: 'max-bundle'` offers every m-section after the first this way.
-    static func parse(_ sdp: String) throws(RoomError) -> SessionDescription {
+    ///
+    /// Bounded by `limits` (docs/protocol.md "Limits"): the text's size is checked before
+    /// anything is read (`server.maxSdpBytes`), m= sections (`media.sdp.maxMediaSections`, for
+    /// an `answer` `maxAnswerMediaSections`), payload types per m-section
+    /// (`media.sdp.maxCodecsPerSection`) and candidates per m-section
+    /// (`media.maxRemoteCandidates`) while it is read: the parse stops at the first line over
+    /// one, with `limitExceeded` (code 413) naming the key. Linear in the text's length; a
+    /// pure function, so callers run it off the room actor.
+    static func parse(_ sdp: String, limits: RoomConfiguration = RoomConfiguration(), answer: Bool = false) throws(RoomError) -> SessionDescription {
+        let size = sdp.utf8.count
+        guard size <= limits.maxSdpBytes else {
+            throw .sdpLimitExceeded("The SDP is \(size) bytes; at most \(limits.maxSdpBytes) are accepted (server.maxSdpBytes).")
+        }
+        let sections = answer ? limits.maxAnswerMediaSections : limits.maxSdpMediaSections
+        let wire = SdpLimits(maxMediaSections: sections, maxFormatsPerSection: limits.maxSdpCodecsPerSection,
+                             maxCandidatesPerSection: limits.maxRemoteCandidates)
         var sd: SessionDescription
-        do { sd = try SessionDescription.parse(sdp) } catch {
-            throw .invalidSdp("Line \(error.line) '\(error.text)': \(error.reason).")
+        do { sd = try SessionDescription.parse(sdp, limits: wire) } catch {
+            switch error.limit {
+            case .mediaSections?:
+                throw .sdpLimitExceeded(answer
+                    ? "The answer has more m= sections than the server can offer (\(sections): media.sdp.maxMediaSections, or twice rooms.maxSubscriptionsPerMember)."
+                    : "The SDP has more than \(sections) m= sections (media.sdp.maxMediaSections).")
+            case .formatsPerSection?:
+                throw .sdpLimitExceeded("Line \(error.line): an m= section may have at most \(limits.maxSdpCodecsPerSection) payload types, a=rtpmap and a=fmtp lines (media.sdp.maxCodecsPerSection).")
+            case .candidatesPerSection?:
+                throw .sdpLimitExceeded("Line \(error.line): an m= section may carry at most \(limits.maxRemoteCandidates) candidates (media.maxRemoteCandidates).")
+            case nil:
+                throw .invalidSdp("Line \(error.line) '\(error.text.prefix(256))': \(error.reason).")
+            }
         }
         if let group = sd.bundleGroup {
+            let bundled = Set(group)
             for i in sd.media.indices where sd.media[i].port == 0 && sd.media[i].bundleOnly
-                && sd.media[i].mid.map(group.contains) == true {
+                && sd.media[i].mid.map(bundled.contains) == true {
                 sd.media[i].port = 9
             }
         }
@@ -74,9 +101,14 @@ enum SdpNegotiation {
     /// ICE credentials, fingerprint, setup and candidates of a BUNDLEd description, read by
     /// `SessionDescription.transport()` (media level of the BUNDLE-tagged m-section over
     /// session level; see `SdpTransport`).
-    static func remoteTransport(of sd: SessionDescription) throws(RoomError) -> RemoteTransportParameters {
+    /// At most `maxCandidates` distinct candidates (`media.maxRemoteCandidates`; they count
+    /// with the ones trickled for the connection, `PeerTransport.applyRemote`).
+    static func remoteTransport(of sd: SessionDescription, maxCandidates: Int = .max) throws(RoomError) -> RemoteTransportParameters {
         let t: SdpTransport
         do { t = try sd.transport() } catch { throw .invalidSdp(error.description) }
+        guard t.candidates.count <= maxCandidates else {
+            throw .sdpLimitExceeded("The SDP carries \(t.candidates.count) candidates; at most \(maxCandidates) are accepted per connection (media.maxRemoteCandidates).")
+        }
         return RemoteTransportParameters(iceUfrag: t.iceUfrag, icePwd: t.icePwd, fingerprintAlgorithm: t.fingerprint.algorithm,
                                          fingerprint: t.fingerprint.value, setup: t.setup.rawValue,
                                          candidates: t.candidates, endOfCandidates: t.endOfCandidates)
@@ -167,12 +199,18 @@ enum SdpNegotiation {
     }
 }
 
-/// One m-line of a member's receive connection (server-offered, never reused).
+/// One m-line of a member's receive connection (server-offered). Its mid and kind are fixed
+/// for the connection's life; the subscription it carries changes: when one ends the m-line
+/// stays, `inactive`, until a later subscription of its kind takes it with SSRCs of its own
+/// (`ReceiveSlots`).
 struct ReceiveSlot: Sendable {
     var mid: String
     var kind: String
     var codec: NegotiatedCodec
     var subscriptionId: String?
+    /// The version of the first offer that carried this m-line `inactive` since its last
+    /// subscription ended; nil while it carries one, or before that offer.
+    var inactiveSince: Int?
     var ssrc: UInt32
     var streamId: String
     var trackId: String
@@ -195,6 +233,27 @@ struct ReceiveSlot: Sendable {
         redPayloadType = stream.codec.codec.codec == .opus ? stream.redPayloadType : nil
     }
 
+    /// The slot carries a subscription to `stream` from now on: the codec, formats and msid
+    /// are the stream's, and its SSRCs new (Chromium sets its receiver up again only for another
+    /// SSRC: with the old one it would decode into a track nobody renders); the mid stays.
+    mutating func carry(_ stream: PublishedStream, subscriptionId: String, streamId: String, trackId: String, cname: String) {
+        codec = stream.codec; self.subscriptionId = subscriptionId; inactiveSince = nil
+        self.streamId = streamId; self.trackId = trackId; self.cname = cname
+        ssrc = Self.randomSsrc(besides: ssrc)
+        rtxPayloadType = SfuSdp.receiverRtxPayloadType(for: stream.codec.codec, senderRtx: stream.rtxPayloadType)
+        rtxSsrc = rtxPayloadType == nil ? nil : Self.randomSsrc(besides: ssrc)
+        redPayloadType = stream.codec.codec.codec == .opus ? stream.redPayloadType : nil
+    }
+
+    /// Whether a subscription to `stream` would be written in this slot with the same m= line:
+    /// same kind, codec and payload types (a receiver that cannot change decoders on a
+    /// transceiver, such as aiortc, keeps working).
+    func hasFormat(of stream: PublishedStream) -> Bool {
+        kind == stream.kind && codec.codec.codec == stream.codec.codec.codec && codec.payloadType == stream.codec.payloadType
+            && rtxPayloadType == SfuSdp.receiverRtxPayloadType(for: stream.codec.codec, senderRtx: stream.rtxPayloadType)
+            && redPayloadType == (stream.codec.codec.codec == .opus ? stream.redPayloadType : nil)
+    }
+
     /// A random SSRC in 1...UInt32.max other than `other`.
     static func randomSsrc(besides other: UInt32) -> UInt32 {
         var ssrc = UInt32.random(in: 1...UInt32.max)
@@ -213,8 +272,13 @@ struct ReceiveSlot: Sendable {
     /// RTX SSRC and payload type when RTX was accepted, the RED payload type when RED was
     /// (`SfuSdp.acceptance`); nil otherwise (the engine then resends plainly / sends opus).
     func acceptedFormats(in answer: SessionDescription) -> (rtxSsrc: UInt32?, rtxPayloadType: UInt8?, redPayloadType: UInt8?) {
+        acceptedFormats(in: answer.media(mid: mid))
+    }
+
+    /// `acceptedFormats(in:)` given the answer's m-section with this slot's mid (nil: none).
+    func acceptedFormats(in section: MediaDescription?) -> (rtxSsrc: UInt32?, rtxPayloadType: UInt8?, redPayloadType: UInt8?) {
         let s = stream
-        let accepted = SfuSdp.acceptance(of: s, in: answer)
+        let accepted = SfuSdp.acceptance(of: s, section: section)
         let rtx = accepted.rtx ? s.rtxPayloadType.flatMap { pt in rtxSsrc.map { ($0, pt) } } : nil
         return (rtx?.0, rtx?.1, accepted.red ? redPayloadType : nil)
     }

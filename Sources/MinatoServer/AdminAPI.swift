@@ -19,7 +19,7 @@ struct AdminAPI: Sendable {
     let corsOrigins: Set<String>
     let openAPIDocument: String?
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<MinatoRequestContext>) {
         if !corsOrigins.isEmpty { router.add(middleware: AdminCORS(origins: corsOrigins)) }
         if let doc = openAPIDocument {
             router.get("/v1/openapi.yaml") { _, _ in
@@ -32,7 +32,8 @@ struct AdminAPI: Sendable {
             try await guarded(r, status: .created) {
                 let body = try await jsonBody(r, c)
                 return try await rooms.adminCreateRoom(name: try string(body, "name"), metadata: try string(body, "metadata"),
-                                                       password: try string(body, "password"))
+                                                       password: try string(body, "password"),
+                                                       keepWhenEmpty: try bool(body, "keepWhenEmpty") ?? false)
             }
         }
         v1.get("/rooms/:roomId") { r, c in try await guarded(r) { try await rooms.adminGetRoom(try param(c, "roomId")) } }
@@ -131,11 +132,10 @@ struct AdminAPI: Sendable {
     /// A request from a page of another origin (browsers send `Origin`) is refused unless
     /// `admin.corsOrigins` names it; same-origin requests (the server's own pages) pass.
     func checkOrigin(_ request: Request) -> RoomError? {
-        guard let origin = request.headers[.origin] else { return nil }
-        if corsOrigins.contains(origin) { return nil }
-        if let authority = request.head.authority, origin == "http://\(authority)" || origin == "https://\(authority)" { return nil }
+        let origin = request.headers[.origin]
+        guard OriginPolicy(listed: corsOrigins).verdict(origin: origin, host: request.head.authority) == .refused else { return nil }
         return .insufficientPermissions(
-            "The admin API does not accept requests from pages of origin '\(origin.prefix(100))'; list it in admin.corsOrigins to allow it.")
+            "The admin API does not accept requests from pages of origin '\((origin ?? "").prefix(100))'; list it in admin.corsOrigins to allow it.")
     }
 
     static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
@@ -150,12 +150,12 @@ struct AdminAPI: Sendable {
 }
 
 /// A path parameter of the route (`:name`); used by every HTTP front door here.
-func param(_ context: BasicRequestContext, _ name: String) throws -> String {
+func param(_ context: MinatoRequestContext, _ name: String) throws -> String {
     guard let v = context.parameters.get(name) else { throw RoomError.invalidParameter("The path lacks {\(name)}.") }
     return v
 }
 
-private func jsonBody(_ request: Request, _ context: BasicRequestContext) async throws -> [String: JSONValue] {
+private func jsonBody(_ request: Request, _ context: MinatoRequestContext) async throws -> [String: JSONValue] {
     let buffer: ByteBuffer
     do { buffer = try await request.body.collect(upTo: 64 * 1024) } catch {
         throw RoomError.invalidParameter("The request body is larger than 64 KiB.")
@@ -172,6 +172,12 @@ private func jsonBody(_ request: Request, _ context: BasicRequestContext) async 
     return o
 }
 
+private func bool(_ body: [String: JSONValue], _ key: String) throws -> Bool? {
+    guard let v = body[key] else { return nil }
+    guard let b = v.boolValue else { throw RoomError.invalidParameter("\"\(key)\" must be true or false.") }
+    return b
+}
+
 private func string(_ body: [String: JSONValue], _ key: String) throws -> String? {
     guard let v = body[key] else { return nil }
     guard let s = v.stringValue else { throw RoomError.invalidParameter("\"\(key)\" must be a string.") }
@@ -181,11 +187,11 @@ private func string(_ body: [String: JSONValue], _ key: String) throws -> String
 /// CORS for `/v1` when `admin.corsOrigins` names origins: answers their preflight requests and
 /// marks responses to them. Other origins get no CORS headers (and `checkOrigin` refuses them).
 struct AdminCORS: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = MinatoRequestContext
     let origins: Set<String>
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard request.uri.path.hasPrefix("/v1/"), let origin = request.headers[.origin], origins.contains(origin) else {
+        guard request.uri.path.hasPrefix("/v1/"), let origin = request.headers[.origin], OriginPolicy(listed: origins).isListed(origin) else {
             return try await next(request, context)
         }
         if request.method == .options {

@@ -3,6 +3,7 @@ public import MinatoRooms
 internal import MinatoSignaling
 internal import MinatoTransport
 internal import Hummingbird
+internal import HummingbirdCore
 internal import HummingbirdWebSocket
 internal import Synchronization
 internal import Foundation
@@ -55,8 +56,9 @@ public final class MinatoServer: Sendable {
 
     /// Serves until SIGTERM or SIGINT, then closes every transport and stops the workers.
     public func run() async throws {
+        let files = OpenFileLimit.raise()
         await rooms.start()
-        let router = Router()
+        let router = Router(context: MinatoRequestContext.self)
         router.get("/healthz") { _, _ in "ok\n" }
         router.get("/readyz") { [workers] _, _ -> Response in
             for w in workers {
@@ -95,7 +97,9 @@ public final class MinatoServer: Sendable {
                  corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI).register(on: router)
 
         WhipWhep(rooms: rooms, iceServers: configuration.clientIceServers,
-                 nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue }).register(on: router)
+                 nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue },
+                 origins: OriginPolicy(listed: Set(configuration.allowedOrigins)),
+                 maxOfferBytes: configuration.rooms.maxSdpBytes).register(on: router)
 
         let wsRouter = Router(context: SignalingRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
@@ -103,12 +107,29 @@ public final class MinatoServer: Sendable {
             let token = context.request.uri.queryParameters["token"].map(String.init)
             try await self.serveConnection(inbound: inbound, outbound: outbound, socket: context.requestContext.channel, token: token)
         }
+        // Every connection passes the gate (server.maxConnections, …PerAddress) and must send its
+        // first request head within server.idleTimeoutSec; later, Hummingbird closes an HTTP
+        // connection idle that long. A WebSocket handshake from a foreign page gets 403.
+        let wsResponder = wsRouter.buildResponder()
+        let gate = ConnectionGate(maxConnections: configuration.maxConnections,
+                                  maxConnectionsPerAddress: configuration.maxConnectionsPerAddress)
+        let idleTimeout = TimeAmount.seconds(Int64(configuration.idleTimeoutSec))
+        let origins = OriginPolicy(listed: Set(configuration.allowedOrigins))
+        let server = HTTPServerBuilder { responder in
+            GatedHTTPChannel(
+                inner: HTTP1WebSocketUpgradeChannel(
+                    responder: responder, webSocketResponder: wsResponder,
+                    configuration: .init(http1: .init(idleTimeout: idleTimeout),
+                                         ws: .init(maxFrameSize: maxMessage, autoPing: .enabled(timePeriod: .seconds(20))))),
+                gate: gate, origins: origins, firstRequestTimeout: idleTimeout)
+        }
         let app = Application(
             router: router,
-            server: .http1WebSocketUpgrade(
-                webSocketRouter: wsRouter,
-                configuration: .init(ws: .init(maxFrameSize: maxMessage, autoPing: .enabled(timePeriod: .seconds(20))))),
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "minato"),
+            server: server,
+            // A burst of new connections waits in the kernel's accept queue rather than having its
+            // SYNs dropped (a 1 s retransmit each); the kernel caps this at net.core.somaxconn.
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "minato",
+                                 backlog: 4096),
             onServerRunning: { [logger, configuration] _ in
                 logger.notice("minato listening", metadata: [
                     "http": "http://\(configuration.host):\(configuration.port)",
@@ -119,7 +140,17 @@ public final class MinatoServer: Sendable {
                     "auth": "\(configuration.authSecret.isEmpty ? "off (no auth.secret): every signaling request is allowed" : "on")",
                 ])
                 let limits = configuration.effectiveValues.filter { $0.key.contains(".max") || $0.key.hasSuffix("TimeoutSec") }
-                logger.notice("limits", metadata: .init(uniqueKeysWithValues: limits.map { ($0.key, .string($0.value)) }))
+                var values = Logger.Metadata(uniqueKeysWithValues: limits.map { ($0.key, .string($0.value)) })
+                values["process.openFiles"] = .string("\(files.now)" + (files.now != files.before ? " (raised from \(files.before))" : ""))
+                logger.notice("limits", metadata: values)
+                let needed = configuration.maxConnections + OpenFileLimit.reserve(for: configuration)
+                if files.now >= 0, needed > files.now {
+                    logger.warning("server.maxConnections does not fit the open-file limit", metadata: [
+                        "server.maxConnections": "\(configuration.maxConnections)", "openFiles": "\(files.now)",
+                        "needed": "about \(needed) with the media sockets",
+                        "fix": "raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower server.maxConnections",
+                    ])
+                }
             },
             logger: logger)
         defer { for w in workers { w.shutdown() } }

@@ -21,6 +21,19 @@ public struct ServerConfiguration: Sendable {
     /// `server.maxOutgoingBytes`: bytes of responses and notifications queued for one
     /// connection and not yet written to its socket; over it the connection is closed (4008).
     public var maxOutgoingBytes = 4 * 1024 * 1024
+    /// `server.idleTimeoutSec`: an HTTP connection that has not sent a whole request head this
+    /// many seconds after it opened or after its last response is closed (slow or half-sent
+    /// headers, idle keep-alive). WebSockets are not: they have their own pings.
+    public var idleTimeoutSec = 30
+    /// `server.maxConnections`: open HTTP and WebSocket connections on the whole server; one
+    /// more is answered 503 and closed.
+    public var maxConnections = 10_000
+    /// `server.maxConnectionsPerAddress`: the same, from one client IP address.
+    public var maxConnectionsPerAddress = 1000
+    /// `server.allowedOrigins`: origins (`scheme://host[:port]`) of web pages, besides the
+    /// server's own, that may open `/ws` and call WHIP/WHEP (with CORS); empty = none.
+    /// Requests with no `Origin` (non-browser clients) are always allowed.
+    public var allowedOrigins: [String] = []
     /// `server.webRoot`: folder served at `/` (demo page) and `/sdk/` (browser SDK); empty
     /// means the copy bundled with the binary.
     public var webRoot = ""
@@ -47,6 +60,12 @@ public struct ServerConfiguration: Sendable {
     public var bandwidthInitialKbps = 2000
     public var bandwidthMinKbps = 50
     public var bandwidthMaxKbps = 20_000
+    /// `media.rtcp.maxPacketsPerSec` / `maxWorkPerSec`: RTCP one transport's peer may send,
+    /// in compound packets and in work units (one per RTCP packet, report block, FIR entry,
+    /// NACK pair or transport-wide packet status) per second; beyond either it is dropped and
+    /// counted (`rtcp_over_budget`).
+    public var rtcpMaxPacketsPerSec = 1000
+    public var rtcpMaxWorkPerSec = 20_000
     /// The media engine's loss-recovery and bandwidth settings from the keys above.
     public var engineTuning: EngineTuning {
         var t = EngineTuning()
@@ -55,6 +74,8 @@ public struct ServerConfiguration: Sendable {
         t.minSubscriberBitrate = bandwidthMinKbps * 1000
         t.maxSubscriberBitrate = max(bandwidthMaxKbps, bandwidthMinKbps) * 1000
         t.initialSubscriberBitrate = bandwidthInitialKbps * 1000
+        t.rtcpPacketsPerSecond = rtcpMaxPacketsPerSec
+        t.rtcpWorkPerSecond = rtcpMaxWorkPerSec
         return t
     }
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
@@ -254,6 +275,13 @@ struct ConfigKey: Sendable {
         .int("server.maxFrameBytes", 1024...(16 << 20), { $0.maxFrameBytes }) { $0.maxFrameBytes = $1 },
         .int("server.maxInFlightRequests", 1...1024, { $0.maxInFlightRequests }) { $0.maxInFlightRequests = $1 },
         .int("server.maxOutgoingBytes", 65536...(1 << 30), { $0.maxOutgoingBytes }) { $0.maxOutgoingBytes = $1 },
+        .int("server.maxSdpBytes", 4096...(1 << 20), { $0.rooms.maxSdpBytes }) { $0.rooms.maxSdpBytes = $1 },
+        .int("server.idleTimeoutSec", 1...86_400, { $0.idleTimeoutSec }) { $0.idleTimeoutSec = $1 },
+        .int("server.maxConnections", 1...10_000_000, { $0.maxConnections }) { $0.maxConnections = $1 },
+        .int("server.maxConnectionsPerAddress", 1...10_000_000, { $0.maxConnectionsPerAddress }) { $0.maxConnectionsPerAddress = $1 },
+        ConfigKey(path: "server.allowedOrigins", value: { $0.allowedOrigins.isEmpty ? "(none)" : $0.allowedOrigins.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            c.allowedOrigins = try originList(v, s)
+        },
         ConfigKey(path: "log.level", value: { $0.logLevel }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             let levels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
             guard levels.contains(v.lowercased()) else {
@@ -279,9 +307,13 @@ struct ConfigKey: Sendable {
         .int("media.bandwidth.initialKbps", 50...1_000_000, { $0.bandwidthInitialKbps }) { $0.bandwidthInitialKbps = $1 },
         .int("media.bandwidth.minKbps", 10...1_000_000, { $0.bandwidthMinKbps }) { $0.bandwidthMinKbps = $1 },
         .int("media.bandwidth.maxKbps", 10...1_000_000, { $0.bandwidthMaxKbps }) { $0.bandwidthMaxKbps = $1 },
+        .int("media.rtcp.maxPacketsPerSec", 10...1_000_000, { $0.rtcpMaxPacketsPerSec }) { $0.rtcpMaxPacketsPerSec = $1 },
+        .int("media.rtcp.maxWorkPerSec", 100...10_000_000, { $0.rtcpMaxWorkPerSec }) { $0.rtcpMaxWorkPerSec = $1 },
         .int("media.maxTransports", 1...1_000_000, { $0.rooms.maxTransports }) { $0.rooms.maxTransports = $1 },
         .int("media.maxRemoteCandidates", 1...1000, { $0.rooms.maxRemoteCandidates }) { $0.rooms.maxRemoteCandidates = $1 },
         .int("media.maxPendingCandidateBytes", 1024...(1 << 20), { $0.rooms.maxPendingCandidateBytes }) { $0.rooms.maxPendingCandidateBytes = $1 },
+        .int("media.sdp.maxMediaSections", 2...1024, { $0.rooms.maxSdpMediaSections }) { $0.rooms.maxSdpMediaSections = $1 },
+        .int("media.sdp.maxCodecsPerSection", 8...128, { $0.rooms.maxSdpCodecsPerSection }) { $0.rooms.maxSdpCodecsPerSection = $1 },
         ConfigKey(path: "media.dtls.certificateFile", value: { $0.dtlsCertificateFile.isEmpty ? "(generated at start)" : $0.dtlsCertificateFile }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsCertificateFile = v },
         ConfigKey(path: "media.dtls.privateKeyFile", value: { $0.dtlsPrivateKeyFile.isEmpty ? "(generated at start)" : $0.dtlsPrivateKeyFile }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in c.dtlsPrivateKeyFile = v },
         .int("rooms.maxMembersPerRoom", 1...10_000, { $0.rooms.maxMembersPerRoom }) { $0.rooms.maxMembersPerRoom = $1 },
@@ -298,6 +330,9 @@ struct ConfigKey: Sendable {
         .int("rooms.maxRoomsCreatedPerConnection", 1...1_000_000, { $0.rooms.maxRoomsCreatedPerConnection }) { $0.rooms.maxRoomsCreatedPerConnection = $1 },
         .int("rooms.maxMembers", 1...1_000_000, { $0.rooms.maxMembers }) { $0.rooms.maxMembers = $1 },
         .int("rooms.maxMembersPerConnection", 1...10_000, { $0.rooms.maxMembersPerConnection }) { $0.rooms.maxMembersPerConnection = $1 },
+        .int("rooms.emptyTimeoutSec", 0...86_400, { $0.rooms.emptyTimeoutSec }) { $0.rooms.emptyTimeoutSec = $1 },
+        .int("whip.maxSessions", 0...1_000_000, { $0.rooms.maxMediaSessions }) { $0.rooms.maxMediaSessions = $1 },
+        .int("whip.maxNewSessionsPerSecPerAddress", 1...100_000, { $0.rooms.maxNewMediaSessionsPerSecPerAddress }) { $0.rooms.maxNewMediaSessionsPerSecPerAddress = $1 },
         .int("rooms.maxEncodings", 1...16, { $0.rooms.maxEncodings }) { $0.rooms.maxEncodings = $1 },
         .int("rooms.maxKeepaliveIntervalSec", 1...86_400, { $0.rooms.maxKeepaliveIntervalSec }) { $0.rooms.maxKeepaliveIntervalSec = $1 },
         .int("rooms.maxKeepaliveIntervalGapSec", 0...86_400, { $0.rooms.maxKeepaliveIntervalGapSec }) { $0.rooms.maxKeepaliveIntervalGapSec = $1 },
@@ -316,11 +351,7 @@ struct ConfigKey: Sendable {
             c.adminApiSecret = v
         },
         ConfigKey(path: "admin.corsOrigins", value: { $0.adminCorsOrigins.isEmpty ? "(none)" : $0.adminCorsOrigins.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
-            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            for o in list where !(o.hasPrefix("http://") || o.hasPrefix("https://")) {
-                throw ConfigurationError(message: "\(s): '\(o)' is not an origin (scheme://host[:port])")
-            }
-            c.adminCorsOrigins = list
+            c.adminCorsOrigins = try originList(v, s)
         },
         ConfigKey(path: "media.clientIceServers", value: { $0.clientIceServers.isEmpty ? "(none)" : $0.clientIceServers.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -331,6 +362,19 @@ struct ConfigKey: Sendable {
             c.clientIceServers = list
         },
     ]
+}
+
+/// A comma-separated list of web origins (`scheme://host[:port]`, no path), lowercased as
+/// browsers send them in `Origin`.
+func originList(_ value: String, _ source: String) throws(ConfigurationError) -> [String] {
+    let list = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+    for o in list {
+        let rest = o.hasPrefix("http://") ? o.dropFirst(7) : o.hasPrefix("https://") ? o.dropFirst(8) : nil
+        guard let rest, !rest.isEmpty, !rest.contains("/"), !rest.contains(where: { $0 == " " || $0 == "*" }) else {
+            throw ConfigurationError(message: "\(source): '\(o)' is not an origin (scheme://host[:port], with no path or trailing slash)")
+        }
+    }
+    return list
 }
 
 func isNumericAddress(_ s: String) -> Bool {

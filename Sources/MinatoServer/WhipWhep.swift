@@ -15,24 +15,30 @@ internal import Synchronization
 ///     POST   /whep/{room}/{member}         application/sdp recvonly offer -> 201 answer, …
 ///     PATCH  /whip|whep/session/{id}       application/trickle-ice-sdpfrag -> 204
 ///     DELETE /whip|whep/session/{id}       -> 200
-///     OPTIONS on every one of these        CORS preflight -> 204
+///     OPTIONS on every one of these        preflight -> 204
 ///
 /// Auth: with `auth.secret` set, the POST needs `Authorization: Bearer <token>`, the same JWT as
 /// the WebSocket (publish or subscribe for that room and member name). The session URL is a
-/// 128-bit secret and is what PATCH and DELETE need. Browsers of any origin may call these
-/// (`Access-Control-Allow-Origin: *`): no cookie or ambient credential is involved.
+/// 128-bit secret and is what PATCH and DELETE need. Browser pages may call these from the
+/// server's own origin or from one `server.allowedOrigins` lists (then with CORS headers); a
+/// page of any other origin is answered 403 (`WhipWhepOrigins`).
 struct WhipWhep: Sendable {
     let rooms: RoomService
     /// `Link: <url>; rel="ice-server"` values for the answer (`media.clientIceServers`).
     let iceServers: [String]
     /// Ids for the sessions' one-request connections, from the server's connection counter.
     let nextConnectionId: @Sendable () -> UInt64
+    /// Which pages may call these (`server.allowedOrigins`).
+    let origins: OriginPolicy
+    /// The largest offer accepted (`server.maxSdpBytes`); a larger body is 413 before it is read
+    /// further.
+    let maxOfferBytes: Int
 
-    static let maxOfferBytes = 64 * 1024
     static let maxFragmentBytes = 16 * 1024
     static let linkField = HTTPField.Name("Link")
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<MinatoRequestContext>) {
+        router.add(middleware: WhipWhepOrigins(policy: origins))
         router.post("/whip/:room") { r, c in await respond { try await post(r, c, kind: .ingest) } }
         router.post("/whep/:room/:member") { r, c in await respond { try await post(r, c, kind: .egress) } }
         for prefix in ["/whip", "/whep"] {
@@ -62,17 +68,18 @@ struct WhipWhep: Sendable {
         }
     }
 
-    private func post(_ request: Request, _ context: BasicRequestContext, kind: MediaSessionRequest.Kind) async throws -> Response {
+    private func post(_ request: Request, _ context: MinatoRequestContext, kind: MediaSessionRequest.Kind) async throws -> Response {
         try Self.requireContentType(request, "application/sdp")
-        let offer = try await Self.body(request, max: Self.maxOfferBytes)
+        let offer = try await Self.body(request, max: maxOfferBytes, key: "server.maxSdpBytes")
         let room = try param(context, "room")
         let name = kind == .ingest ? request.uri.queryParameters["name"].map(String.init) : try param(context, "member")
         let header = request.headers[.authorization] ?? ""
         let token = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : nil
         let channel = ClientChannel(id: nextConnectionId(), send: { _ in })
-        let r = MediaSessionRequest(kind: kind, roomName: room, memberName: name, offer: offer, token: token)
+        let r = MediaSessionRequest(kind: kind, roomName: room, memberName: name, offer: offer, token: token,
+                                    clientAddress: context.clientAddress)
         let result = kind == .ingest ? try await rooms.ingest(r, from: channel) : try await rooms.egress(r, from: channel)
-        var headers = Self.cors
+        var headers = HTTPFields()
         headers[.contentType] = "application/sdp"
         headers[.location] = (kind == .ingest ? "/whip" : "/whep") + "/session/" + result.sessionId
         headers[.eTag] = result.etag
@@ -82,7 +89,7 @@ struct WhipWhep: Sendable {
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: result.answer)))
     }
 
-    private func patch(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    private func patch(_ request: Request, _ context: MinatoRequestContext) async throws -> Response {
         let id = try param(context, "id")
         guard await rooms.mediaSessionExists(id) else { throw RoomError.sessionNotFound() }
         try Self.requireContentType(request, "application/trickle-ice-sdpfrag")
@@ -105,7 +112,10 @@ struct WhipWhep: Sendable {
                 return Self.text(.unprocessableContent, "ICE restart is not supported: end this session and start a new one\n")
             }
         } catch let e as RoomError {
-            return Self.text(Self.status(for: e), "\(e.name): \(e.detail)\n")
+            var response = Self.text(Self.status(for: e), "\(e.name): \(e.detail)\n")
+            // A rate or capacity limit: the client may try again (RFC 9110 10.2.3).
+            if e.name == "limitExceeded", e.code == 429 || e.code == 503 { response.headers[.retryAfter] = "1" }
+            return response
         } catch {
             return Self.text(.internalServerError, "internal: the server could not complete this request\n")
         }
@@ -119,23 +129,16 @@ struct WhipWhep: Sendable {
         }
     }
 
-    static let cors: HTTPFields = [
-        .accessControlAllowOrigin: "*",
-        .accessControlExposeHeaders: "Location, ETag, Link",
-    ]
-
     static func text(_ status: HTTPResponse.Status, _ body: String, allow: String? = nil) -> Response {
-        var headers = cors
+        var headers = HTTPFields()
         headers[.contentType] = "text/plain; charset=utf-8"
         if let allow { headers[.allow] = allow }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
+    /// A preflight's answer; `WhipWhepOrigins` adds the CORS headers for an allowed origin.
     static func preflight(allow: String) -> Response {
-        var headers = cors
-        headers[.accessControlAllowMethods] = allow
-        headers[.accessControlAllowHeaders] = "Authorization, Content-Type, If-Match"
-        headers[.accessControlMaxAge] = "600"
+        var headers = HTTPFields()
         headers[.allow] = allow
         return Response(status: .noContent, headers: headers)
     }
@@ -148,10 +151,11 @@ struct WhipWhep: Sendable {
         }
     }
 
-    static func body(_ request: Request, max: Int) async throws -> String {
+    /// The body as text; over `max` bytes (the limit `key` names) 413 `limitExceeded`.
+    static func body(_ request: Request, max: Int, key: String? = nil) async throws -> String {
         let buffer: ByteBuffer
         do { buffer = try await request.body.collect(upTo: max) } catch {
-            throw RoomError.limitExceeded("The body is larger than \(max / 1024) KiB.")
+            throw RoomError.sdpLimitExceeded("The body is larger than \(max) bytes" + (key.map { " (\($0))" } ?? "") + ".")
         }
         return String(buffer: buffer)
     }

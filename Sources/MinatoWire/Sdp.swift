@@ -7,15 +7,44 @@ public struct SdpError: Error, Sendable, Equatable, CustomStringConvertible {
     public var line: Int
     public var text: String
     public var reason: String
+    /// Set when the description is well formed so far but goes over one of the `SdpLimits`
+    /// the parse was given (then `text` is the line's first 64 characters).
+    public var limit: SdpLimits.Limit?
 
-    public init(line: Int, text: String, reason: String) {
+    public init(line: Int, text: String, reason: String, limit: SdpLimits.Limit? = nil) {
         self.line = line
         self.text = text
         self.reason = reason
+        self.limit = limit
     }
 
     /// "line 7: m= line has no port: m=audio"
     public var description: String { "line \(line): \(reason): \(text)" }
+}
+
+/// How much of each kind a description may hold, checked while it is parsed: the parse stops at
+/// the first line over a limit (`SdpError.limit`), so a hostile description costs no more than
+/// reading that far. The default is no limit.
+public struct SdpLimits: Sendable, Equatable {
+    /// m= sections in the description.
+    public var maxMediaSections: Int
+    /// Formats on one m= line, and `a=rtpmap` / `a=fmtp` lines in one m-section.
+    public var maxFormatsPerSection: Int
+    /// `a=candidate` lines in one m-section (or at session level).
+    public var maxCandidatesPerSection: Int
+
+    public init(maxMediaSections: Int = .max, maxFormatsPerSection: Int = .max, maxCandidatesPerSection: Int = .max) {
+        self.maxMediaSections = maxMediaSections
+        self.maxFormatsPerSection = maxFormatsPerSection
+        self.maxCandidatesPerSection = maxCandidatesPerSection
+    }
+
+    public static let none = SdpLimits()
+
+    /// Which limit a description went over.
+    public enum Limit: Sendable, Equatable {
+        case mediaSections, formatsPerSection, candidatesPerSection
+    }
 }
 
 /// One `a=` line: `a=name` (value nil) or `a=name:value` (value kept verbatim, may be "").
@@ -157,6 +186,16 @@ public struct SessionDescription: Sendable, Equatable {
     /// The media section with `mid`, if any.
     public func media(mid: String) -> MediaDescription? { media.first { $0.mid == mid } }
 
+    /// The index of the first m-section with each mid, made in one pass: for looking many mids
+    /// up in one description (each `media(mid:)` reads every m-section's attributes).
+    public var mediaIndicesByMid: [String: Int] {
+        var out: [String: Int] = [:]
+        for (i, m) in media.enumerated() {
+            if let mid = m.mid, out[mid] == nil { out[mid] = i }
+        }
+        return out
+    }
+
     // MARK: Serialize
 
     /// The SDP text with CRLF line endings (including after the last line).
@@ -196,24 +235,39 @@ public struct SessionDescription: Sendable, Equatable {
     /// every line must be `<letter>=<value>`; `m=` needs media, numeric port and proto (and
     /// numeric payload types for RTP profiles); `rtpmap`, `fmtp`, `rtcp-fb`, `extmap`,
     /// `ssrc`, `ssrc-group`, `fingerprint` and `rid` attributes must be well formed, and a
-    /// `mid` must be 1–32 characters of `A-Z a-z 0-9 _ -`.
-    public static func parse(_ text: String) throws(SdpError) -> SessionDescription {
-        var lines: [Substring] = []
-        for raw in text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
-            var bytes = raw
-            if bytes.last == UInt8(ascii: "\r") { bytes = bytes.dropLast() }
-            lines.append(Substring(bytes))
-        }
-        while let last = lines.last, last.isEmpty { lines.removeLast() }
+    /// `mid` must be 1–32 characters of `A-Z a-z 0-9 _ -`. `limits` are checked as the lines
+    /// come (see `SdpLimits`). Linear in the text's length.
+    public static func parse(_ text: String, limits: SdpLimits = .none) throws(SdpError) -> SessionDescription {
+        // Lines are read one at a time, so a parse that stops (a limit, an error) has not split
+        // the rest of the text.
+        let bytes = text.utf8
+        var cursor = bytes.startIndex
+        var index = -1
+        var sawLine = false
 
         var session = SessionDescription(origin: SdpOrigin(sessionId: "0", sessionVersion: "0"), timing: nil)
         var current: MediaDescription?
         var sawOrigin = false
         var sawName = false
+        // Counts for `limits`: m= sections, and per section (session level first) rtpmap, fmtp
+        // and candidate lines.
+        var sections = 0, rtpmaps = 0, fmtps = 0, candidates = 0
 
-        for (index, text) in lines.enumerated() {
+        while cursor < bytes.endIndex {
+            let newline = bytes[cursor...].firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+            var line = bytes[cursor..<newline]
+            cursor = newline == bytes.endIndex ? newline : bytes.index(after: newline)
+            if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
+            index += 1
+            let text = Substring(line)
+            // Blank lines at the end are ignored; one before another line is an error (below).
+            if text.isEmpty, Self.onlyBlankLines(bytes[cursor...]) { break }
+            sawLine = true
             let number = index + 1
             func fail(_ reason: String) -> SdpError { SdpError(line: number, text: String(text), reason: reason) }
+            func over(_ limit: SdpLimits.Limit, _ reason: String) -> SdpError {
+                SdpError(line: number, text: String(text.prefix(64)), reason: reason, limit: limit)
+            }
             let utf8 = text.utf8
             // A CR that is not part of the line ending, or a NUL, would let one line smuggle
             // another (or cut a C string short) wherever this text is copied.
@@ -258,10 +312,37 @@ public struct SessionDescription: Sendable, Equatable {
                 session.sessionName = String(value)
                 sawName = true
             case "m":
+                sections += 1
+                guard sections <= limits.maxMediaSections else {
+                    throw over(.mediaSections, "more than \(limits.maxMediaSections) m= sections")
+                }
                 if let m = current { session.media.append(m) }
-                do { current = try MediaDescription(mediaLine: value) } catch { throw fail(error.reason) }
+                rtpmaps = 0; fmtps = 0; candidates = 0
+                do { current = try MediaDescription(mediaLine: value, maxFormats: limits.maxFormatsPerSection) } catch {
+                    if error.overFormatLimit { throw over(.formatsPerSection, error.reason) }
+                    throw fail(error.reason)
+                }
             case "a":
                 let attribute = SdpAttribute(line: value)
+                switch attribute.name {
+                case "rtpmap":
+                    rtpmaps += 1
+                    guard rtpmaps <= limits.maxFormatsPerSection else {
+                        throw over(.formatsPerSection, "more than \(limits.maxFormatsPerSection) a=rtpmap lines in one section")
+                    }
+                case "fmtp":
+                    fmtps += 1
+                    guard fmtps <= limits.maxFormatsPerSection else {
+                        throw over(.formatsPerSection, "more than \(limits.maxFormatsPerSection) a=fmtp lines in one section")
+                    }
+                case "candidate":
+                    candidates += 1
+                    guard candidates <= limits.maxCandidatesPerSection else {
+                        throw over(.candidatesPerSection, "more than \(limits.maxCandidatesPerSection) a=candidate lines in one section")
+                    }
+                default:
+                    break
+                }
                 if let problem = attribute.syntaxProblem { throw fail(problem) }
                 if current != nil { current?.attributes.append(attribute) } else { session.attributes.append(attribute) }
             case "c":
@@ -285,7 +366,7 @@ public struct SessionDescription: Sendable, Equatable {
                 if current != nil { current?.otherLines.append(l) } else { session.otherLines.append(l) }
             }
         }
-        guard !lines.isEmpty else { throw SdpError(line: 1, text: "", reason: "empty description, v= missing") }
+        guard sawLine else { throw SdpError(line: 1, text: "", reason: "empty description, v= missing") }
         guard sawOrigin else { throw SdpError(line: 2, text: "", reason: "o= line missing") }
         guard sawName else { throw SdpError(line: 3, text: "", reason: "s= line missing") }
         if let m = current { session.media.append(m) }
@@ -294,6 +375,18 @@ public struct SessionDescription: Sendable, Equatable {
 }
 
 extension SessionDescription {
+    /// Whether `rest` is only line endings: every line of it empty (LF, or CR LF).
+    static func onlyBlankLines(_ rest: Substring.UTF8View) -> Bool {
+        var i = rest.startIndex
+        while i < rest.endIndex {
+            let b = rest[i]
+            i = rest.index(after: i)
+            if b == UInt8(ascii: "\n") { continue }
+            guard b == UInt8(ascii: "\r"), i == rest.endIndex || rest[i] == UInt8(ascii: "\n") else { return false }
+        }
+        return true
+    }
+
     /// `text` with CR, LF and NUL written as `\r`, `\n`, `\0` (for error messages).
     static func escapingControlBytes(_ text: Substring) -> String {
         var out = ""
@@ -312,5 +405,10 @@ extension SessionDescription {
 /// An internal parse failure reason; `SessionDescription.parse` adds the line.
 struct SdpSyntaxError: Error {
     var reason: String
-    init(_ reason: String) { self.reason = reason }
+    /// The m= line lists more formats than the parse allows (`SdpLimits.maxFormatsPerSection`).
+    var overFormatLimit = false
+    init(_ reason: String, overFormatLimit: Bool = false) {
+        self.reason = reason
+        self.overFormatLimit = overFormatLimit
+    }
 }

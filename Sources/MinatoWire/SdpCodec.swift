@@ -205,17 +205,17 @@ extension MediaDescription {
     /// The codecs of this m-line Minato can forward, in the sender's preference order (the
     /// m= format list). A format is skipped when its rtpmap is missing, names another codec or
     /// a codec of the other media kind, has a clock rate other than the codec's, has an opus
-    /// channel count other than 1 or 2, or (H.264) lacks packetization-mode=1.
-    public var forwardableCodecs: [ForwardableCodec] {
-        let maps = rtpMaps
+    /// channel count other than 1 or 2, or (H.264) lacks packetization-mode=1. Linear in the
+    /// m-section's size (one pass builds its `PayloadTypeIndex`).
+    public var forwardableCodecs: [ForwardableCodec] { forwardableCodecs(payloadTypeIndex) }
+
+    /// `forwardableCodecs` read from this m-section's `index`.
+    public func forwardableCodecs(_ index: PayloadTypeIndex) -> [ForwardableCodec] {
         var out: [ForwardableCodec] = []
-        var seen: [UInt8] = []
-        for format in formats {
-            guard let pt = UInt8(decimal: Substring(format)), pt <= 127, !seen.contains(pt),
-                  let map = maps.first(where: { $0.payloadType == pt }),
+        for pt in index.listed {
+            guard let map = index.rtpMap(for: pt),
                   let codec = ForwardedCodec(kind: kind, encodingName: map.encodingName),
                   map.clockRate == Int(codec.clockRate) else { continue }
-            seen.append(pt)
             var channels: UInt8?
             if codec == .opus {
                 switch map.channels {
@@ -224,10 +224,10 @@ extension MediaDescription {
                 default: continue
                 }
             }
-            let parameters = fmtp(for: pt).map(FmtpParameters.init(parsing:)) ?? FmtpParameters()
+            let parameters = index.fmtp(for: pt).map(FmtpParameters.init(parsing:)) ?? FmtpParameters()
             if codec == .h264, parameters["packetization-mode"] != "1" { continue }
             out.append(ForwardableCodec(payloadType: pt, codec: codec, channels: channels,
-                                        parameters: parameters, feedback: rtcpFeedback(for: pt)))
+                                        parameters: parameters, feedback: index.rtcpFeedback(for: pt)))
         }
         return out
     }

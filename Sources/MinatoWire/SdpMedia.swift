@@ -33,11 +33,14 @@ public struct MediaDescription: Sendable, Equatable {
         self.attributes = attributes
     }
 
-    init(mediaLine value: Substring) throws(SdpSyntaxError) {
+    init(mediaLine value: Substring, maxFormats: Int = .max) throws(SdpSyntaxError) {
         let f = value.sdpFields
         guard f.count >= 1, !f[0].isEmpty else { throw SdpSyntaxError("m= line has no media type") }
         guard f.count >= 2 else { throw SdpSyntaxError("m= line has no port") }
         guard f.count >= 3 else { throw SdpSyntaxError("m= line has no protocol") }
+        guard f.count - 3 <= maxFormats else {
+            throw SdpSyntaxError("m= line lists \(f.count - 3) formats, more than \(maxFormats)", overFormatLimit: true)
+        }
         let portField = f[1].split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard let port = Int(decimal: portField[0]), port <= 65535 else { throw SdpSyntaxError("m= port is not a number in 0...65535") }
         var count: Int?
@@ -89,10 +92,7 @@ public struct MediaDescription: Sendable, Equatable {
             let isDirection: (SdpAttribute) -> Bool = { $0.value == nil && MediaDirection(rawValue: $0.name) != nil }
             if let i = attributes.firstIndex(where: isDirection) {
                 attributes[i] = SdpAttribute(name: newValue.rawValue)
-                var k = i + 1
-                while k < attributes.count {
-                    if isDirection(attributes[k]) { attributes.remove(at: k) } else { k += 1 }
-                }
+                attributes.removeAll(after: i, where: isDirection)
             } else {
                 attributes.append(SdpAttribute(name: newValue.rawValue))
             }
@@ -131,9 +131,9 @@ public struct MediaDescription: Sendable, Equatable {
     public var ssrcs: [SsrcLine] { attributes.values(named: "ssrc").compactMap(SsrcLine.init(attributeValue:)) }
     /// Distinct SSRCs from `a=ssrc` lines, in first-seen order.
     public var ssrcIds: [UInt32] {
-        var seen: [UInt32] = []
-        for s in ssrcs where !seen.contains(s.ssrc) { seen.append(s.ssrc) }
-        return seen
+        var seen = Set<UInt32>(), out: [UInt32] = []
+        for s in ssrcs where seen.insert(s.ssrc).inserted { out.append(s.ssrc) }
+        return out
     }
     public var ssrcGroups: [SsrcGroup] {
         attributes.values(named: "ssrc-group").compactMap(SsrcGroup.init(attributeValue:))
@@ -356,13 +356,20 @@ extension Array where Element == SdpAttribute {
         }
         if let i = firstIndex(where: { $0.name == name }) {
             self[i].value = value
-            var k = i + 1
-            while k < count {
-                if self[k].name == name { remove(at: k) } else { k += 1 }
-            }
+            removeAll(after: i) { $0.name == name }
         } else {
             append(SdpAttribute(name: name, value: value))
         }
+    }
+
+    /// Removes the attributes after index `i` that match, in one pass.
+    mutating func removeAll(after i: Int, where matches: (SdpAttribute) -> Bool) {
+        var kept = i + 1
+        for k in (i + 1)..<count where !matches(self[k]) {
+            if k != kept { self[kept] = self[k] }
+            kept += 1
+        }
+        removeSubrange(kept...)
     }
 
     /// Adds (if absent) or removes a value-less flag attribute such as `rtcp-mux`.

@@ -10,47 +10,44 @@ extension MediaDescription {
     /// `payloadType`: video only, `rtx/90000` (name ASCII case-insensitive, no channel count),
     /// fmtp with exactly one `apt`, `apt=<payloadType>`; nil when there is none.
     public func rtxPayloadType(associatedWith payloadType: UInt8) -> UInt8? {
-        listedPayloadTypes(besides: payloadType).first { isRtxFormat($0, associatedWith: payloadType) }
+        let index = payloadTypeIndex
+        return index.listed.first { $0 != payloadType && isRtxFormat($0, associatedWith: payloadType, index) }
     }
 
     /// The first payload type on the m= line that is a RED format (RFC 2198) of opus
     /// `payloadType` alone: audio only, `red/48000` (channel count absent or 2), fmtp
     /// `<payloadType>/<payloadType>`; nil when there is none.
     public func redPayloadType(wrapping payloadType: UInt8) -> UInt8? {
-        listedPayloadTypes(besides: payloadType).first { isRedFormat($0, wrapping: payloadType) }
+        let index = payloadTypeIndex
+        return index.listed.first { $0 != payloadType && isRedFormat($0, wrapping: payloadType, index) }
     }
 
     /// Whether `pt` is on the m= line and described as RTX for `apt` (see `rtxPayloadType`).
-    public func isRtxFormat(_ pt: UInt8, associatedWith apt: UInt8) -> Bool {
-        guard kind == "video", pt <= 127, pt != apt, lists(pt), let map = rtpMap(for: pt),
+    public func isRtxFormat(_ pt: UInt8, associatedWith apt: UInt8) -> Bool { isRtxFormat(pt, associatedWith: apt, payloadTypeIndex) }
+
+    /// Whether `pt` is on the m= line and described as RED of `primary` (see `redPayloadType`).
+    public func isRedFormat(_ pt: UInt8, wrapping primary: UInt8) -> Bool { isRedFormat(pt, wrapping: primary, payloadTypeIndex) }
+
+    /// `isRtxFormat` read from this m-section's `index`.
+    func isRtxFormat(_ pt: UInt8, associatedWith apt: UInt8, _ index: PayloadTypeIndex) -> Bool {
+        guard kind == "video", pt <= 127, pt != apt, index.lists(pt), let map = index.rtpMap(for: pt),
               map.encodingName.asciiLowercased == "rtx", map.clockRate == 90_000, map.channels == nil,
-              let fmtp = fmtp(for: pt) else { return false }
+              let fmtp = index.fmtp(for: pt) else { return false }
         let apts = FmtpParameters(parsing: fmtp).parameters.filter { $0.key.asciiLowercased == "apt" }
         return apts.count == 1 && apts[0].value == String(apt)
     }
 
-    /// Whether `pt` is on the m= line and described as RED of `primary` (see `redPayloadType`).
-    public func isRedFormat(_ pt: UInt8, wrapping primary: UInt8) -> Bool {
-        guard kind == "audio", pt <= 127, pt != primary, lists(pt), let map = rtpMap(for: pt),
+    /// `isRedFormat` read from this m-section's `index`.
+    func isRedFormat(_ pt: UInt8, wrapping primary: UInt8, _ index: PayloadTypeIndex) -> Bool {
+        guard kind == "audio", pt <= 127, pt != primary, index.lists(pt), let map = index.rtpMap(for: pt),
               map.encodingName.asciiLowercased == "red", map.clockRate == 48_000, map.channels == nil || map.channels == 2,
-              let fmtp = fmtp(for: pt) else { return false }
+              let fmtp = index.fmtp(for: pt) else { return false }
         let blocks = fmtp.split(separator: " ", omittingEmptySubsequences: true)
         guard blocks.count == 1 else { return false }
         let pts = blocks[0].split(separator: "/", omittingEmptySubsequences: false)
         return pts.count == 2 && pts.allSatisfy { $0 == String(primary) }
     }
 
-    /// Payload types on the m= line, in order, once each, without `payloadType`.
-    private func listedPayloadTypes(besides payloadType: UInt8) -> [UInt8] {
-        var out: [UInt8] = []
-        for f in formats {
-            guard let pt = UInt8(decimal: Substring(f)), pt <= 127, pt != payloadType, !out.contains(pt) else { continue }
-            out.append(pt)
-        }
-        return out
-    }
-
-    private func lists(_ pt: UInt8) -> Bool { formats.contains { UInt8(decimal: Substring($0)) == pt } }
 }
 
 /// The RTX and RED lines Minato writes for one codec (numbers only).

@@ -192,7 +192,8 @@ public enum SfuSdp {
         /// "audio" or "video".
         public var kind: String
         public var codec: ForwardableCodec
-        /// false: the m-section is kept (mids are never reused) but `inactive`, without msid or ssrc.
+        /// false: the m-section is kept (its mid never changes; a later stream may take it) but
+        /// `inactive`, without msid or ssrc.
         public var active: Bool
         public var ssrc: UInt32
         public var streamId: String
@@ -307,11 +308,19 @@ public enum SfuSdp {
     /// `isRedFormat`). A missing, rejected or malformed m-section accepts nothing (`.nothing`,
     /// whose `codec` is false); nothing here throws.
     public static func acceptance(of stream: ReceiverStream, in answer: SessionDescription) -> ReceiverAcceptance {
-        guard let m = answer.media.first(where: { $0.mid == stream.mid }), m.port != 0 || m.bundleOnly, m.kind == stream.kind,
-              m.proto.contains("RTP"), m.payloadTypes.contains(stream.codec.payloadType) else { return .nothing }
+        acceptance(of: stream, section: answer.media.first { $0.mid == stream.mid })
+    }
+
+    /// `acceptance(of:in:)` given the answer's m-section for the stream's mid (nil: none), for
+    /// a caller that looks many streams up in one answer (`SessionDescription.mediaIndicesByMid`).
+    public static func acceptance(of stream: ReceiverStream, section: MediaDescription?) -> ReceiverAcceptance {
+        guard let m = section, m.mid == stream.mid, m.port != 0 || m.bundleOnly, m.kind == stream.kind,
+              m.proto.contains("RTP") else { return .nothing }
+        let index = m.payloadTypeIndex
         let pt = stream.codec.payloadType
-        let rtx = stream.codec.codec.kind == "video" && stream.rtxPayloadType.map { m.isRtxFormat($0, associatedWith: pt) } == true
-        let red = stream.codec.codec == .opus && stream.redPayloadType.map { m.isRedFormat($0, wrapping: pt) } == true
+        guard index.lists(pt) else { return .nothing }
+        let rtx = stream.codec.codec.kind == "video" && stream.rtxPayloadType.map { m.isRtxFormat($0, associatedWith: pt, index) } == true
+        let red = stream.codec.codec == .opus && stream.redPayloadType.map { m.isRedFormat($0, wrapping: pt, index) } == true
         return ReceiverAcceptance(rtx: rtx, red: red)
     }
 }

@@ -93,7 +93,8 @@ extension SessionDescription {
     /// with a port other than 0.
     public var transportSharingMedia: [MediaDescription] {
         if let group = bundleGroup, transportMediaIndex.map({ media[$0].mid == group.first }) == true {
-            return media.filter { m in m.mid.map(group.contains) ?? false }
+            let members = Set(group)
+            return media.filter { m in m.mid.map(members.contains) ?? false }
         }
         return media.filter { $0.port != 0 }
     }
@@ -113,9 +114,10 @@ extension SessionDescription {
         let setupText = m.setup ?? setup ?? DtlsSetup.actpass.rawValue
         guard let setup = DtlsSetup(rawValue: setupText) else { throw .badSetup(setupText) }
         var candidates: [String] = []
+        var seen = Set<String>()
         var end = false
         for shared in transportSharingMedia {
-            for c in shared.candidates where !candidates.contains(c) { candidates.append(c) }
+            for c in shared.candidates where seen.insert(c).inserted { candidates.append(c) }
             end = end || shared.endOfCandidates
         }
         return SdpTransport(iceUfrag: ufrag, icePwd: pwd, fingerprint: fingerprint, setup: setup,

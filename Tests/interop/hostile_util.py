@@ -30,6 +30,17 @@ from minato_client import Connection, Member, RpcError
 HERE = Path(__file__).resolve().parent
 
 
+def say(config: Any, line: str) -> None:
+    """Prints past pytest's capture (`config`: the pytest config, or None), so the PROBE lines
+    of the hostile suites are in the CI log of a passing run too."""
+    capman = config.pluginmanager.getplugin("capturemanager") if config else None
+    if capman is not None:
+        with capman.global_and_fixture_disabled():
+            print("\n" + line, flush=True)
+    else:
+        print(line, flush=True)
+
+
 # ---- /proc ---------------------------------------------------------------------------------------
 
 def rss_mb(pid: int) -> Optional[float]:

@@ -396,6 +396,7 @@ class Member:
     async def _apply_server_offer(self, offer: dict) -> None:
         pc = self._ensure_recv_pc()
         await pc.setRemoteDescription(RTCSessionDescription(sdp=offer["sdp"], type=offer["type"]))
+        learn_new_ssrcs(pc)
         await pc.setLocalDescription(await pc.createAnswer())
         ans = pc.localDescription
         sdp = self.answer_rewriter(ans.sdp) if self.answer_rewriter else ans.sdp
@@ -508,6 +509,46 @@ def assert_rpc_error(resp: dict, code: int, name: Optional[str] = None) -> dict:
         data = err.get("data") or {}
         assert data.get("name") == name, f"expected data.name {name!r}, got {err}"
     return err
+
+
+def learn_new_ssrcs(pc: RTCPeerConnection) -> None:
+    """The server reuses an ended m-section for a later subscription of its kind, with the same
+    mid and new SSRCs (docs/protocol.md "Media negotiation"). aiortc 1.x sets a receiver's SSRCs
+    up once, when it starts receiving: tell a started receiver's RTP router (and its RTX map)
+    about the SSRCs the remote description now names for its m-section. Without this a packet
+    of an SSRC aiortc does not know is routed by payload type alone, and dropped when two
+    receivers share that payload type."""
+    desc = pc.remoteDescription
+    if desc is None:
+        return
+    sections: dict[str, dict] = {}
+    current: Optional[dict] = None
+    for line in desc.sdp.splitlines():
+        if line.startswith("m="):
+            current = {"ssrcs": [], "fid": None}
+        elif current is None:
+            continue
+        elif line.startswith("a=mid:"):
+            sections[line[6:].strip()] = current
+        elif line.startswith("a=ssrc:"):
+            ssrc = int(line[7:].split()[0])
+            if ssrc not in current["ssrcs"]:
+                current["ssrcs"].append(ssrc)
+        elif line.startswith("a=ssrc-group:FID "):
+            fid = [int(x) for x in line[len("a=ssrc-group:FID "):].split()]
+            if len(fid) == 2:
+                current["fid"] = fid
+    for t in pc.getTransceivers():
+        section = sections.get(t.mid or "")
+        receiver = t.receiver
+        router = getattr(receiver.transport, "_rtp_router", None)
+        if not section or router is None or receiver not in router.receivers:
+            continue                    # not receiving yet: receive() registers its SSRCs
+        for ssrc in section["ssrcs"]:
+            router.ssrc_table[ssrc] = receiver
+        rtx_map = getattr(receiver, "_RTCRtpReceiver__rtx_ssrc", None)
+        if section["fid"] and isinstance(rtx_map, dict):
+            rtx_map[section["fid"][1]] = section["fid"][0]
 
 
 def sdp_media_sections(sdp: str) -> list[dict]:

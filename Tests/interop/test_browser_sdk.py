@@ -346,3 +346,49 @@ def test_page_closed_without_leaving_is_removed_within_gap(server, pages, pw, re
     assert a.evaluate("T.room.publications.length") == 0
     unpublished = [ev for ev in a.evaluate("T.events") if ev["type"] == "onStreamUnpublished"]
     assert len(unpublished) == 2, unpublished
+
+
+@pytest.mark.parametrize("engine", ["chromium", "firefox"])
+def test_subscribing_again_reuses_the_ended_m_section(server, engine, pages):
+    """(e) Unsubscribe and subscribe again, three times: the server's offer takes the ended
+    m-section again (same mid, a new stream and SSRC: docs/protocol.md "Media negotiation"); the
+    browser keeps one receiving transceiver, shows each new subscription in a video element, and
+    the offer does not grow."""
+    room = unique_name("sdkreuse")
+    a, b = pages("a"), pages("b")
+    for p in (a, b):
+        p.evaluate("T.connect()")
+        p.evaluate("(n) => T.findOrCreate(n)", room)
+    a.evaluate("() => T.join('a', {}, { audio: false, video: { width: 320, height: 240, frameRate: 15 } })")
+    b.evaluate("() => { T.autoSubscribe = false; return T.join('b', {}, null); }")
+    pid = a.evaluate("T.pubs.video.id")
+    seen = []
+    for i in range(3):
+        s = b.evaluate("""async (pid) => {
+            const { subscription, stream } = await T.me.subscribe(pid);
+            const el = document.createElement('video');
+            el.muted = true;
+            document.getElementById('videos').append(el);
+            stream.attach(el);
+            T.cur = { subscription, stream, el };
+            const pc = T.me._recvPc;
+            return { id: subscription.id, mid: stream.mid, transceivers: pc.getTransceivers().length,
+                     offerBytes: pc.remoteDescription.sdp.length,
+                     frames: T.M.summarizeInbound(await stream.getStats()).framesDecoded };
+        }""", pid)
+        wait_js(b, "async (n) => T.M.summarizeInbound(await T.cur.stream.getStats()).framesDecoded > n + 10", s["frames"],
+                timeout=30, what=f"b decodes subscription {i + 1}")
+        # What is decoded reaches the page: the element plays the new stream (a receiver left
+        # set up for a previous stream would decode into nothing).
+        t0 = b.evaluate("T.cur.el.currentTime")
+        wait_js(b, "(t) => T.cur.el.videoWidth > 0 && T.cur.el.currentTime > t + 0.5", t0, timeout=20,
+                what=f"b's video element plays subscription {i + 1}")
+        b.evaluate("() => { T.cur.el.srcObject = null; T.cur.el.remove(); }")
+        seen.append(s)
+        b.evaluate("(id) => T.me.unsubscribe(id)", s["id"])
+        assert b.evaluate("T.cur.stream.ended") is True
+    print(f"{engine}: " + ", ".join(f"mid {s['mid']} offer {s['offerBytes']} B" for s in seen))
+    assert [s["mid"] for s in seen] == [seen[0]["mid"]] * 3, seen
+    assert [s["transceivers"] for s in seen] == [1, 1, 1], seen
+    assert max(s["offerBytes"] for s in seen) <= seen[0]["offerBytes"] + 64, seen
+    assert b.evaluate("T.errors") == []

@@ -34,7 +34,7 @@ import websockets
 from admin_util import assert_http_error, http
 from conftest import ARTIFACTS, Server, minato_binary
 from hostile_util import (
-    StreamProcess, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
+    StreamProcess, say, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
     raw_call, raw_connect, request, rss_mb,
 )
 from media import SyntheticVideoTrack
@@ -148,16 +148,6 @@ def offer_sdp() -> tuple[str, str]:
 
 # ---- the per-probe bookkeeping ---------------------------------------------------------------------
 
-def _say(config: Any, line: str) -> None:
-    """Prints past pytest's capture, so the PROBE lines are in the CI log of a passing run too."""
-    capman = config.pluginmanager.getplugin("capturemanager") if config else None
-    if capman is not None:
-        with capman.global_and_fixture_disabled():
-            print("\n" + line, flush=True)
-    else:
-        print(line, flush=True)
-
-
 def _write_results(c: Ctx) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     doc = {"server_env": SERVER_ENV, "min_fps": MIN_FPS, "rss_bound_mb": RSS_BOUND_MB,
@@ -212,7 +202,7 @@ def run_probe(c: Ctx, name: str, body: Callable[[dict], Awaitable[Any]], *, rss_
         _write_results(c)
         extras = " ".join(f"{k}={v}" for k, v in rec.items()
                           if k not in ("rss_before_mb", "rss_after_mb", "frames_during") and not isinstance(v, (dict, list)))
-        _say(c.config, f"PROBE {name} rss_before_mb={rec['rss_before_mb']} rss_after_mb={rec['rss_after_mb']} "
+        say(c.config, f"PROBE {name} rss_before_mb={rec['rss_before_mb']} rss_after_mb={rec['rss_after_mb']} "
                        f"frames_during={frames} {extras}")
     assert c.server.alive(), f"{name}: the server died\n{c.server.tail()}"
     assert frames is not None, f"{name}: the stream process is gone"
@@ -573,7 +563,7 @@ def test_request_flood(ctx: Ctx):
         rec["keepalive_p50_ms"] = round(ka["p50"] * 1000, 1) if ka["p50"] is not None else None
         rec["keepalive_p99_ms"] = round(ka["p99"] * 1000, 1) if ka["p99"] is not None else None
         rec["keepalive_max_ms"] = round(ka["max"] * 1000, 1) if ka["max"] is not None else None
-        _say(ctx.config, f"NOTE request-flood: another socket's keepalive round trip during the flood: "
+        say(ctx.config, f"NOTE request-flood: another socket's keepalive round trip during the flood: "
                          f"n={ka['n']} p50={rec['keepalive_p50_ms']} ms p99={rec['keepalive_p99_ms']} ms "
                          f"max={rec['keepalive_max_ms']} ms errors={ka['error_count']}")
         rec["flood_drained"] = d.summary()

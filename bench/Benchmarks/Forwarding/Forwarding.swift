@@ -280,6 +280,56 @@ let lossRecoveryBenchmarks: @Sendable (UnsafeMutableRawBufferPointer) -> Void = 
         precondition(engine.packetsRetransmitted > 0, "nothing was retransmitted")
     }
 
+    // Hostile RTCP: a subscriber's transport-wide feedback claiming 65,535 lost packets in 40
+    // bytes is refused from its header (invalid_feedback); a claim of 4096, the most the
+    // estimator walks, is what one admitted feedback can cost at worst. `step` keeps each
+    // within its transport's RTCP budget (1000 packets and 20000 work units a second), so what
+    // is measured is the work, not the budget's refusal.
+    func feedbackClaim(_ title: String, count: Int, step: UInt64) {
+        Benchmark(title) { benchmark in
+            let engine = MediaEngine()
+            let publisher = engine.addTransport(router: RouterId(1), feedbackSsrc: 1)
+            let producer = try! engine.addProducer(ProducerParameters(
+                transport: publisher, kind: .video, ssrc: 0x1111, payloadType: 96, clockRate: 90_000,
+                codec: .vp8, keyFrameRequest: .pli))
+            let subscriber = engine.addTransport(router: RouterId(1), feedbackSsrc: 100)
+            var c = ConsumerParameters(producer: producer, transport: subscriber, ssrc: 0x2000, payloadType: 100,
+                                       extensionIds: .identity)
+            c.transportSequenceExtensionId = 5
+            _ = try! engine.addConsumer(c, now: 1)
+            engine.clearTransmits()
+            let feedback = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 4)
+            feedback.initializeMemory(as: UInt8.self, repeating: 0)
+            var o = 20, left = count
+            while left > 0 {
+                let run = min(left, 0x1FFF)   // run-length chunk of "not received"
+                feedback.storeBytes(of: UInt16(run).bigEndian, toByteOffset: o, as: UInt16.self)
+                o += 2
+                left -= run
+            }
+            o = (o + 3) & ~3
+            feedback[0] = 0x8F
+            feedback[1] = 205
+            feedback.storeBytes(of: UInt16(o / 4 - 1).bigEndian, toByteOffset: 2, as: UInt16.self)
+            feedback.storeBytes(of: UInt32(7).bigEndian, toByteOffset: 4, as: UInt32.self)
+            feedback.storeBytes(of: UInt32(0x2000).bigEndian, toByteOffset: 8, as: UInt32.self)
+            feedback.storeBytes(of: UInt16(count).bigEndian, toByteOffset: 14, as: UInt16.self)
+            var now: UInt64 = 1_000_000_000
+            benchmark.startMeasurement()
+            for _ in benchmark.scaledIterations {
+                now &+= step
+                engine.handleRtcp(from: subscriber, packet: UnsafeRawBufferPointer(rebasing: feedback[0..<o]), now: now)
+            }
+            benchmark.stopMeasurement()
+            precondition(engine.drops(.rtcpOverBudget) == 0, "the benchmark ran over the RTCP budget")
+            precondition(count <= 4096 || engine.drops(.invalidFeedback) > 0, "the maximal claim was not refused")
+        }
+    }
+    feedbackClaim("RTCP: transport-wide feedback claiming 65535 statuses in 40 bytes, refused (per packet)",
+                  count: 0xFFFF, step: 1_000_000)
+    feedbackClaim("RTCP: transport-wide feedback claiming 4096 lost statuses, walked (per packet)",
+                  count: 4096, step: 250_000_000)
+
     Benchmark("Publisher loss 1 in 10, 1->10: gap NACKed, RTX restored and forwarded (per 10 packets)") { benchmark in
         let (engine, publisher, _) = engineWithRtx(fanOut: 10)
         let rtx = UnsafeMutableRawBufferPointer.allocate(byteCount: packet.count + 2, alignment: 16)

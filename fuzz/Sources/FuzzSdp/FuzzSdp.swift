@@ -28,7 +28,28 @@ public func fuzzSdp(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     checkReceiverAnswer(to: first)
+    checkLimitsAndIndex(text, first)
     return 0
+}
+
+/// Limits only refuse: under `SdpLimits` a description parses to the same value, or the parse
+/// stops with a limit error (never a syntax error). And the one-pass lookups by payload type
+/// (`PayloadTypeIndex`) find what the one-line lookups find.
+private func checkLimitsAndIndex(_ text: String, _ parsed: SessionDescription) {
+    let small = SdpLimits(maxMediaSections: 4, maxFormatsPerSection: 8, maxCandidatesPerSection: 4)
+    do {
+        let limited = try SessionDescription.parse(text, limits: small)
+        precondition(limited == parsed, "a parse within the limits gave another description")
+    } catch {
+        precondition(error.limit != nil, "a limit turned SDP that parses into a syntax error: \(error)")
+    }
+    for m in parsed.media {
+        let index = m.payloadTypeIndex
+        for pt in index.listed {
+            precondition(index.rtpMap(for: pt) == m.rtpMap(for: pt) && index.fmtp(for: pt) == m.fmtp(for: pt)
+                         && index.rtcpFeedback(for: pt) == m.rtcpFeedback(for: pt), "index and lookups differ for \(pt)")
+        }
+    }
 }
 
 private let fuzzLocal = SdpLocalTransport(iceUfrag: "ufrag", icePwd: "passwordpasswordpassword",
