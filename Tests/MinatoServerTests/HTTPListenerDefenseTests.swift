@@ -12,12 +12,12 @@ import NIOHTTP1
     @Test func aConnectionOverTheLimitGets503NamingIt() throws {
         let gate = ConnectionGate(maxConnections: 10, maxConnectionsPerAddress: 1)
         let first = EmbeddedChannel(handler: ConnectionGateHandler(gate: gate))
-        try first.connect(to: Self.address("10.0.0.1", 1000)).wait()
+        try first.connect(to: Self.address("198.18.0.1", 1000)).wait()
         #expect(gate.openConnections == 1)
         #expect(try first.readOutbound(as: ByteBuffer.self) == nil)
 
         let second = EmbeddedChannel(handler: ConnectionGateHandler(gate: gate))
-        try second.connect(to: Self.address("10.0.0.1", 1001)).wait()
+        try second.connect(to: Self.address("198.18.0.1", 1001)).wait()
         let answer = try #require(try second.readOutbound(as: ByteBuffer.self))
         let text = String(buffer: answer)
         #expect(text.hasPrefix("HTTP/1.1 503 Service Unavailable\r\n"))
@@ -29,7 +29,7 @@ import NIOHTTP1
 
         // Another address is not limited by the first one's count.
         let other = EmbeddedChannel(handler: ConnectionGateHandler(gate: gate))
-        try other.connect(to: Self.address("10.0.0.2", 1000)).wait()
+        try other.connect(to: Self.address("198.18.0.2", 1000)).wait()
         try other.writeInbound(ByteBuffer(string: "GET"))
         #expect(try other.readInbound(as: ByteBuffer.self).map { String(buffer: $0) } == "GET")
         #expect(gate.openConnections == 2)

@@ -299,6 +299,24 @@ class StreamProcess:
         self._log.close()
 
 
+def start_stream(server: Any, room_name: str, password: str, log_path: Path) -> StreamProcess:
+    """Makes a password room through the admin API (open on loopback; `keepWhenEmpty`, since the
+    stream process takes longer to join than a short rooms.emptyTimeoutSec) and starts the
+    stream process in it; `.room_id` names the room. Fails the module with the server's log if
+    the stream does not get ready."""
+    import pytest  # the helper is also run as a script, without pytest's plugins
+    from admin_util import http as admin_http
+    made = admin_http("POST", f"{server.http}/v1/rooms", {"name": room_name, "password": password, "keepWhenEmpty": True})
+    assert made.status == 201, made
+    room_id = made.json["room"]["id"]
+    try:
+        stream = StreamProcess(server.url, room_id, password, log_path)
+    except RuntimeError as e:
+        pytest.fail(f"{e}\n{server.tail()}", pytrace=False)
+    stream.room_id = room_id
+    return stream
+
+
 # ---- the stream process (process side) ---------------------------------------------------------
 
 def _percentile(values: list[float], p: float) -> Optional[float]:

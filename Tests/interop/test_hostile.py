@@ -34,7 +34,7 @@ import websockets
 from admin_util import assert_http_error, http
 from conftest import ARTIFACTS, Server, minato_binary
 from hostile_util import (
-    StreamProcess, say, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
+    StreamProcess, say, start_stream, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
     raw_call, raw_connect, request, rss_mb,
 )
 from media import SyntheticVideoTrack
@@ -114,17 +114,8 @@ class Ctx:
 @pytest.fixture(scope="module")
 def ctx(server: Server, request: pytest.FixtureRequest):
     """The password room, with the publisher streaming VP8 to the subscriber for the whole module."""
-    async def make_room() -> str:
-        conn = await Connection(server.url, "room-maker").connect()
-        try:
-            return (await conn.call("createRoom", {"name": uid("hostile"), "password": PASSWORD}))["room"]["id"]
-        finally:
-            await conn.close()
-    room_id = run_async(make_room(), timeout=20)
-    try:
-        stream = StreamProcess(server.url, room_id, PASSWORD, ART / "test_hostile-stream.log")
-    except RuntimeError as e:
-        pytest.fail(f"{e}\n{server.tail()}", pytrace=False)
+    stream = start_stream(server, uid("hostile"), PASSWORD, ART / "test_hostile-stream.log")
+    room_id = stream.room_id
     RECORDS.clear()
     c = Ctx(server, stream, room_id, request.config, stream.info)
     yield c

@@ -39,7 +39,7 @@ import pytest
 
 from admin_util import http as admin_http, metric, scrape, server_udp_ports
 from conftest import ARTIFACTS, Server
-from hostile_util import StreamProcess, rss_mb, say
+from hostile_util import StreamProcess, rss_mb, say, start_stream
 from media import SineAudioTrack, SyntheticVideoTrack
 from minato_client import Connection, Member, new_peer_connection, run_async
 from waiting import await_until, wait_until
@@ -78,13 +78,7 @@ def cpu_seconds(pid: int) -> float:
 
 @pytest.fixture(scope="module")
 def stream(server: Server):
-    # keepWhenEmpty: the stream process takes seconds to join, longer than the empty timeout here.
-    made = admin_http("POST", f"{server.http}/v1/rooms",
-                      {"name": f"budget-{uuid.uuid4().hex[:8]}", "password": PASSWORD, "keepWhenEmpty": True})
-    assert made.status == 201, made
-    room_id = made.json["room"]["id"]
-    s = StreamProcess(server.url, room_id, PASSWORD, ARTIFACTS / "test_hostile_budget-stream.log")
-    s.room_id = room_id
+    s = start_stream(server, f"budget-{uuid.uuid4().hex[:8]}", PASSWORD, ARTIFACTS / "test_hostile_budget-stream.log")
     yield s
     s.stop()
 

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import ARTIFACTS, Server
-from hostile_util import StreamProcess, error_detail, error_name, join_member, say
+from hostile_util import StreamProcess, error_detail, error_name, join_member, say, start_stream
 from media import SyntheticVideoTrack, VideoSink
 from minato_client import Connection, Member, new_peer_connection, run_async
 
@@ -59,17 +59,8 @@ class Ctx:
 @pytest.fixture(scope="module")
 def ctx(server: Server, request: pytest.FixtureRequest):
     """The stream room, with the publisher streaming VP8 to the subscriber for the whole module."""
-    async def make_room() -> str:
-        conn = await Connection(server.url, "room-maker").connect()
-        try:
-            return (await conn.call("createRoom", {"name": uid("sdp-stream"), "password": PASSWORD}))["room"]["id"]
-        finally:
-            await conn.close()
-    room_id = run_async(make_room(), timeout=20)
-    try:
-        stream = StreamProcess(server.url, room_id, PASSWORD, ARTIFACTS / "test_hostile_sdp-stream.log")
-    except RuntimeError as e:
-        pytest.fail(f"{e}\n{server.tail()}", pytrace=False)
+    stream = start_stream(server, uid("sdp-stream"), PASSWORD, ARTIFACTS / "test_hostile_sdp-stream.log")
+    room_id = stream.room_id
     yield Ctx(server, stream, room_id, request.config)
     stream.stop()
 
