@@ -317,6 +317,23 @@ def start_stream(server: Any, room_name: str, password: str, log_path: Path) -> 
     return stream
 
 
+def sendonly_offer(videos: int = 1) -> tuple[str, str]:
+    """A real aiortc offer with `videos` sendonly video m-sections (VP8 first) and the first one's
+    mid. Its pc is closed at once: publishing it makes a transport that never connects."""
+    from media import SyntheticVideoTrack
+    from minato_client import new_peer_connection, run_async
+
+    async def make() -> tuple[str, str]:
+        pc = new_peer_connection()
+        try:
+            first = [pc.addTransceiver(SyntheticVideoTrack(), direction="sendonly") for _ in range(videos)][0]
+            await pc.setLocalDescription(await pc.createOffer())
+            return pc.localDescription.sdp, first.mid
+        finally:
+            await pc.close()
+    return run_async(make(), timeout=30)
+
+
 # ---- the stream process (process side) ---------------------------------------------------------
 
 def _percentile(values: list[float], p: float) -> Optional[float]:

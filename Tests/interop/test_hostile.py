@@ -34,7 +34,7 @@ import websockets
 from admin_util import assert_http_error, http
 from conftest import ARTIFACTS, Server, minato_binary
 from hostile_util import (
-    StreamProcess, say, start_stream, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
+    StreamProcess, say, sendonly_offer, start_stream, close_evidence, drain, error_detail, error_name, join_member, log_size, pipelined,
     raw_call, raw_connect, request, rss_mb,
 )
 from media import SyntheticVideoTrack
@@ -124,17 +124,7 @@ def ctx(server: Server, request: pytest.FixtureRequest):
 
 @pytest.fixture(scope="module")
 def offer_sdp() -> tuple[str, str]:
-    """A real aiortc offer (one sendonly VP8-first video m-line) and its mid. Its pc is closed at
-    once: publishing it makes a transport that never connects."""
-    async def make() -> tuple[str, str]:
-        pc = new_peer_connection()
-        try:
-            tr = pc.addTransceiver(SyntheticVideoTrack(), direction="sendonly")
-            await pc.setLocalDescription(await pc.createOffer())
-            return pc.localDescription.sdp, tr.mid
-        finally:
-            await pc.close()
-    return run_async(make(), timeout=30)
+    return sendonly_offer()
 
 
 # ---- the per-probe bookkeeping ---------------------------------------------------------------------

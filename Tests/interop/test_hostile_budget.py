@@ -39,7 +39,7 @@ import pytest
 
 from admin_util import http as admin_http, metric, scrape, server_udp_ports
 from conftest import ARTIFACTS, Server
-from hostile_util import StreamProcess, rss_mb, say, start_stream
+from hostile_util import StreamProcess, rss_mb, say, sendonly_offer, start_stream
 from media import SineAudioTrack, SyntheticVideoTrack
 from minato_client import Connection, Member, new_peer_connection, run_async
 from waiting import await_until, wait_until
@@ -193,18 +193,9 @@ _OFFERS: dict[int, str] = {}
 
 
 def whip_offer(videos: int = 1) -> str:
-    """A real aiortc offer with `videos` sendonly VP8 m-sections (its pc closed at once)."""
+    """A real aiortc offer with `videos` sendonly VP8 m-sections (made once per count)."""
     if videos not in _OFFERS:
-        async def make() -> str:
-            pc = new_peer_connection()
-            try:
-                for _ in range(videos):
-                    pc.addTransceiver(SyntheticVideoTrack(), direction="sendonly")
-                await pc.setLocalDescription(await pc.createOffer())
-                return pc.localDescription.sdp
-            finally:
-                await pc.close()
-        _OFFERS[videos] = run_async(make(), timeout=30)
+        _OFFERS[videos] = sendonly_offer(videos)[0]
     return _OFFERS[videos]
 
 

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import ARTIFACTS, Server
-from hostile_util import StreamProcess, error_detail, error_name, join_member, say, start_stream
+from hostile_util import StreamProcess, error_detail, error_name, join_member, say, sendonly_offer, start_stream
 from media import SyntheticVideoTrack, VideoSink
 from minato_client import Connection, Member, new_peer_connection, run_async
 
@@ -67,16 +67,7 @@ def ctx(server: Server, request: pytest.FixtureRequest):
 
 @pytest.fixture(scope="module")
 def offer_sdp() -> tuple[str, str]:
-    """A real aiortc offer (one sendonly video m-section) and its mid."""
-    async def make() -> tuple[str, str]:
-        pc = new_peer_connection()
-        try:
-            tr = pc.addTransceiver(SyntheticVideoTrack(), direction="sendonly")
-            await pc.setLocalDescription(await pc.createOffer())
-            return pc.localDescription.sdp, tr.mid
-        finally:
-            await pc.close()
-    return run_async(make(), timeout=30)
+    return sendonly_offer()
 
 
 def probe(c: Ctx, name: str, body: Callable[[dict], Awaitable[Any]], *, timeout: float = 120,
