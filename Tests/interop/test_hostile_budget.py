@@ -302,7 +302,7 @@ def test_whip_sessions_are_capped_server_wide(server: Server, request: pytest.Fi
 
 def test_invalid_whip_posts_leave_no_room(server: Server, request: pytest.FixtureRequest):
     nine = whip_offer(9)   # nine video m-sections: the ninth publish is over the limit of 8
-    malformed = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n"
+    malformed = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n"
     before = {r["id"] for r in admin_rooms(server)}
     t0 = time.monotonic()
 

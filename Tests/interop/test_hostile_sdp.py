@@ -126,7 +126,7 @@ def _sections(sdp: str, size: int) -> str:
     """`sdp` with small recvonly audio m-sections appended, as many as fit in `size` bytes."""
     out, i = sdp, 0
     while True:
-        more = f"m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 0.0.0.0\r\na=mid:x{i}\r\na=recvonly\r\na=rtpmap:111 opus/48000/2\r\n"
+        more = f"m=audio 9 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 127.0.0.1\r\na=mid:x{i}\r\na=recvonly\r\na=rtpmap:111 opus/48000/2\r\n"
         if len((out + more).encode()) > size:
             return out
         out += more
