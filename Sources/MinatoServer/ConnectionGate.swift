@@ -8,7 +8,7 @@ internal import NIOHTTP1
 internal import Synchronization
 internal import Foundation
 
-// How the HTTP listener defends itself (docs/operations.md "Connections"):
+// How the HTTP listener defends itself (docs/protocol.md "Limits", the paragraph on connections; docs/architecture.md "Threads and who owns what"):
 //
 //   socket -> ConnectionGateHandler -> HTTP decoder -> FirstRequestHandler -> upgrade handler -> …
 //
