@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "MinatoTransport", targets: ["MinatoTransport"]),
         .library(name: "MinatoRooms", targets: ["MinatoRooms"]),
         .library(name: "MinatoSignaling", targets: ["MinatoSignaling"]),
+        .library(name: "MinatoCluster", targets: ["MinatoCluster"]),
         .library(name: "MinatoServer", targets: ["MinatoServer"]),
         .library(name: "MinatoClient", targets: ["MinatoClient"]),
         .executable(name: "minato-client", targets: ["minato-client"]),
@@ -37,6 +38,7 @@ let package = Package(
         .systemLibrary(name: "CNice", pkgConfig: "nice", providers: [.apt(["libnice-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CSRTP", pkgConfig: "libsrtp2", providers: [.apt(["libsrtp2-dev"])]),
+        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
         // Macros and variadic C calls Swift cannot import.
         .target(name: "CMinatoShims", dependencies: ["CNice", "COpenSSL"]),
 
@@ -62,10 +64,22 @@ let package = Package(
             name: "MinatoSignaling",
             dependencies: ["MinatoRooms", .product(name: "Metrics", package: "swift-metrics")],
             swiftSettings: strict),
+        // Cluster: the shared store (Redis through hiredis), leases, placement, node-to-node
+        // links and request routing. The room core knows nothing of it.
+        .target(
+            name: "MinatoCluster",
+            dependencies: ["MinatoRooms", "MinatoSignaling", "CHiredis",
+                           .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                           .product(name: "HTTPTypes", package: "swift-http-types"),
+                           .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "JWTKit", package: "jwt-kit"),
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "Metrics", package: "swift-metrics")],
+            swiftSettings: strict),
         // Server: JSON-RPC over WebSocket, config.
         .target(
             name: "MinatoServer",
-            dependencies: ["MinatoRooms", "MinatoSignaling", "MinatoTransport",
+            dependencies: ["MinatoRooms", "MinatoSignaling", "MinatoTransport", "MinatoCluster",
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "HummingbirdCore", package: "hummingbird"),
                            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -103,6 +117,7 @@ let package = Package(
         .testTarget(name: "MinatoServerTests", dependencies: ["MinatoServer", "MinatoRooms", "MinatoSignaling",
                                                               .product(name: "NIOEmbedded", package: "swift-nio"),
                                                               .product(name: "NIOHTTP1", package: "swift-nio")]),
+        .testTarget(name: "MinatoClusterTests", dependencies: ["MinatoCluster", "MinatoSignaling", "MinatoRooms"]),
         .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]

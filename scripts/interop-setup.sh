@@ -9,6 +9,9 @@
 #    GStreamer's base/good/bad/ugly/libav plugins and gstreamer1.0-nice), GStreamer's Python
 #    bindings for /usr/bin/python3 (python3-gi and the Gst, GstWebRTC, GstSdp, Nice typelibs) for
 #    the webrtcbin WHEP player, and a C compiler for whip-client's libgupnp-igd stub,
+#  - Debian's `redis-server` for the cluster store: the MinatoClusterTests unit tests and the
+#    cluster interop tests each start their own on a unix socket in a temporary directory (the
+#    system Redis service the package would start is stopped and disabled, see below),
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,10 +39,36 @@ for pkg in simple-whip-client gstreamer1.0-plugins-base gstreamer1.0-plugins-goo
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# Redis for the cluster tests (they run /usr/bin/redis-server themselves).
+installing_redis=0
+[ -x /usr/bin/redis-server ] || { need+=(redis-server); installing_redis=1; }
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop-setup: installing ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
     else sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends "${need[@]}"; fi
+fi
+# Installing Debian's redis-server starts and enables a system Redis (TCP port 6379, pid file
+# /run/redis/redis-server.pid). Nothing here uses it: the tests start their own servers on unix
+# sockets, and a stray Redis on 6379 would only hide a test that reached for the wrong one. So when
+# this run installed the package, stop that service and keep it from starting at boot. A Redis that
+# was there before this script ran is left alone.
+if [ "$installing_redis" = 1 ]; then
+    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    if [ -d /run/systemd/system ]; then
+        as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
+    else
+        as_root service redis-server stop >/dev/null 2>&1 || true
+        as_root update-rc.d redis-server disable >/dev/null 2>&1 || true
+    fi
+    # Whatever the init system did, the package's own daemon is the one in its pid file.
+    pidfile=/run/redis/redis-server.pid
+    if [ -s "$pidfile" ]; then
+        pid="$(cat "$pidfile")"
+        if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
+            echo "interop-setup: stopping the system redis-server (pid $pid) the package started" >&2
+            as_root kill "$pid" || true
+        fi
+    fi
 fi
 if ! command -v unshare >/dev/null 2>&1; then
     echo "interop-setup: 'unshare' (util-linux) is required" >&2; exit 1

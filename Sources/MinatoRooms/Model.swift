@@ -43,11 +43,19 @@ public struct RoomConfiguration: Sendable {
     /// address may start per second (`whip.maxNewSessionsPerSecPerAddress`).
     public var maxMediaSessions = 500
     public var maxNewMediaSessionsPerSecPerAddress = 10
+    /// Put before every id this server makes (a cluster node's id and a dot); empty on a single node.
+    public var idPrefix = ""
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.
     public static let maxPasswordBytes = 256
     public init() {}
+}
+
+/// A room opened or closed on this server (`RoomService.setRoomObserver`).
+public enum RoomLifecycle: Sendable, Equatable {
+    case opened(id: String, name: String?)
+    case closed(id: String, name: String?)
 }
 
 /// Where a client's messages go: one WebSocket connection. `close` ends it with a WebSocket

@@ -66,6 +66,9 @@ public struct RoomError: Error, Sendable, Equatable, CustomStringConvertible {
     /// WHEP answer it (Content Too Large; sending it again will not help).
     public static func sdpLimitExceeded(_ d: String) -> RoomError { .init(code: 413, name: "limitExceeded", detail: d) }
     public static func internalError(_ d: String) -> RoomError { .init(code: 500, name: "internal", detail: d) }
+    /// The cluster cannot do this now (its store is unreachable, or the node hosting the room
+    /// cannot be reached); the sentence says which. Asking again later may succeed.
+    public static func serviceUnavailable(_ d: String) -> RoomError { .init(code: 503, name: "serviceUnavailable", detail: d) }
 
     public var json: JSONValue {
         ["code": .int(code), "message": .string(name), "data": ["name": .string(name), "detail": .string(detail)]]

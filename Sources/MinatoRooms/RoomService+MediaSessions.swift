@@ -303,7 +303,7 @@ extension RoomService {
             throw RoomError.maxSubscribersExceeded(pub.maxSubscribers)
         }
         let line = session.egress[i]
-        let sub = RoomSubscription(id: UUID().uuidString.lowercased(), publicationId: pub.id, subscriberId: member.id,
+        let sub = RoomSubscription(id: newId(), publicationId: pub.id, subscriberId: member.id,
                                    contentType: pub.contentType, mid: line.mid, ssrc: line.ssrc, preferredEncodingId: nil)
         member.mediaSession?.egress[i].subscriptionId = sub.id
         room.subscriptions.append(sub)

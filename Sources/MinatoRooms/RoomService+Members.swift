@@ -47,7 +47,7 @@ extension RoomService {
             guard let password, await checkPassword(hash, password, channel: channel) else { throw RoomError.wrongPassword() }
         }
         if let existing = try check() { removeMember(existing, from: room, reason: "replaced") }
-        let member = LocalSFURoomMember(id: UUID().uuidString.lowercased(), name: name, metadata: metadata, type: type,
+        let member = LocalSFURoomMember(id: newId(), name: name, metadata: metadata, type: type,
                                         roomId: room.id, channel: channel, keepaliveIntervalSec: interval,
                                         keepaliveIntervalGapSec: gap, now: clock.now)
         room.members.append(member)

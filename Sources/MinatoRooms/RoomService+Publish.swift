@@ -69,7 +69,7 @@ extension RoomService {
         // Simulcast without `encodings`: the layers are the publication's encodings, so
         // subscribers can name them (`preferredEncodingId`).
         let listed = encodings.isEmpty ? layers.map { Encoding(id: $0) } : encodings
-        let pub = RoomPublication(id: UUID().uuidString.lowercased(), publisherId: member.id, contentType: contentType,
+        let pub = RoomPublication(id: newId(), publisherId: member.id, contentType: contentType,
                                   metadata: metadata, enabled: r.isEnabled, stream: stream, maxSubscribers: maxSubscribers,
                                   encodings: listed.map(\.json))
         pub.layers = layers

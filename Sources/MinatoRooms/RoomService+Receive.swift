@@ -36,7 +36,7 @@ extension RoomService {
             try stillJoined(member, room)
             let pub = try check()
             // An ended m-line of this kind is taken again when there is one (`ReceiveSlots`).
-            let id = UUID().uuidString.lowercased()
+            let id = newId()
             let slot = member.recvSlots.take(pub.stream, subscriptionId: id, streamId: pub.publisherId, trackId: pub.id,
                                              cname: "minato-\(pub.publisherId.prefix(8))",
                                              maxSubscriptions: configuration.maxSubscriptionsPerMember)

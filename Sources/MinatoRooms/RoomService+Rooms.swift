@@ -47,11 +47,12 @@ extension RoomService {
         var counts = [Int](repeating: 0, count: workers.count)
         for r in rooms where counts.indices.contains(r.worker) { counts[r.worker] += 1 }
         let worker = counts.indices.min { counts[$0] < counts[$1] } ?? 0
-        let room = Room(id: UUID().uuidString.lowercased(), name: name, metadata: metadata,
+        let room = Room(id: newId(), name: name, metadata: metadata,
                         password: password, worker: worker, router: RouterId(nextRouterId),
                         keepWhenEmpty: keepWhenEmpty, now: clock.now)
         nextRouterId &+= 1
         rooms.append(room)
+        roomObserver?(.opened(id: room.id, name: room.name))
         armSweep()  // its empty timeout
         logger.info("room created", metadata: ["room": "\(room.id)", "worker": "\(worker)"])
         return room
@@ -108,6 +109,7 @@ extension RoomService {
         }
         emit(room, "closed", [:], reason: reason)
         rooms.removeAll { $0 === room }
+        roomObserver?(.closed(id: room.id, name: room.name))
         logger.info("room closed", metadata: ["room": "\(room.id)"])
     }
 

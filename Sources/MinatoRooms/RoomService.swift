@@ -40,6 +40,8 @@ public actor RoomService {
     /// New WHIP/WHEP sessions per client address (`whip.maxNewSessionsPerSecPerAddress`).
     lazy var sessionStarts = AddressRateLimiter(perSecond: configuration.maxNewMediaSessionsPerSecPerAddress)
     var nextWaiterToken: UInt64 = 0
+    /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
+    var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
 
     public init(configuration: RoomConfiguration, workers: [MediaWorker], logger: Logger, verifier: TokenVerifier? = nil) {
         self.configuration = configuration
@@ -49,6 +51,13 @@ public actor RoomService {
     }
 
     public var authEnabled: Bool { verifier != nil }
+
+    /// Sets who is told when a room opens or closes (called on the actor, in order).
+    public func setRoomObserver(_ observer: (@Sendable (RoomLifecycle) -> Void)?) { roomObserver = observer }
+
+    /// A new id for a room, member, publication or subscription: `rooms.idPrefix` (a cluster
+    /// node's id and a dot, so any node can tell which node made it) and a random UUID.
+    func newId() -> String { configuration.idPrefix + UUID().uuidString.lowercased() }
 
     /// Starts the keepalive sweep and listens to worker events; call once.
     public func start() {
@@ -235,6 +244,22 @@ public actor RoomService {
     /// shutdown so clients hear why their media stopped, and by the fuzzer between inputs.
     public func closeAllRooms() {
         for room in rooms { close(room) }
+        flushOutbox()
+    }
+
+    /// What this server carries, for the cluster's placement: rooms, members, transports.
+    public func load() -> (rooms: Int, members: Int, transports: Int) {
+        (rooms.count, rooms.reduce(0) { $0 + $1.members.count }, transportOwners.count)
+    }
+
+    /// The rooms open now (id, name): what a cluster node re-claims after its store lost them.
+    public func openRooms() -> [(id: String, name: String?)] { rooms.map { ($0.id, $0.name) } }
+
+    /// Closes the room `id` if it is open here, with `reason` on its `closed` event (the cluster
+    /// closes a copy that another node owns after a partition healed).
+    public func closeRoom(id: String, reason: String) {
+        guard let room = rooms.first(where: { $0.id == id }) else { return }
+        close(room, reason: reason)
         flushOutbox()
     }
 

@@ -1,5 +1,6 @@
 internal import Hummingbird
 internal import MinatoRooms
+internal import MinatoCluster
 internal import Foundation
 
 /// The REST admin API under `/v1` (docs/openapi.yaml). Every response is JSON; errors are
@@ -18,6 +19,11 @@ struct AdminAPI: Sendable {
     let listenHost: String
     let corsOrigins: Set<String>
     let openAPIDocument: String?
+    /// In a cluster: the listing covers every node, a room's own routes answer 307 to the node
+    /// hosting it, and `/v1/nodes` lists the nodes.
+    let cluster: ClusterNode?
+    /// Starts draining this node (then it exits when empty; `MinatoServer.drainAndExit`).
+    let drain: @Sendable (ClusterNode) -> Void
 
     func register(on router: Router<MinatoRequestContext>) {
         if !corsOrigins.isEmpty { router.add(middleware: AdminCORS(origins: corsOrigins)) }
@@ -27,10 +33,36 @@ struct AdminAPI: Sendable {
             }
         }
         let v1 = router.group("/v1")
-        v1.get("/rooms") { r, _ in try await guarded(r) { await rooms.adminListRooms() } }
+        if let cluster { v1.add(middleware: AdminClusterRedirect(cluster: cluster)) }
+        v1.get("/rooms") { r, _ in try await guarded(r) { try await listRooms() } }
+        v1.get("/nodes") { r, _ in
+            try await guarded(r) {
+                guard let cluster else { throw RoomError.invalidParameter("This server is not part of a cluster (cluster.redisUrl is empty).") }
+                return try await cluster.nodesJSON().get()
+            }
+        }
+        v1.post("/nodes/:nodeId/drain") { r, c in
+            try await guarded(r) {
+                guard let cluster else { throw RoomError.invalidParameter("This server is not part of a cluster (cluster.redisUrl is empty).") }
+                let node = try param(c, "nodeId")
+                guard node == cluster.nodeId else {
+                    guard let url = await cluster.url(of: node) else { throw RoomError.invalidParameter("No live node '\(node.prefix(40))' in the cluster.") }
+                    throw AdminRedirect(location: url + r.uri.description)
+                }
+                drain(cluster)
+                return ["id": .string(cluster.nodeId), "state": "draining"]
+            }
+        }
         v1.post("/rooms") { r, c in
             try await guarded(r, status: .created) {
                 let body = try await jsonBody(r, c)
+                if let cluster, let name = try string(body, "name") {
+                    // A named room goes to the node that holds (or now reserves) the name.
+                    let node = try await cluster.place(name: name).get()
+                    if node != cluster.nodeId, let url = await cluster.url(of: node) {
+                        throw AdminRedirect(location: url + "/v1/rooms")
+                    }
+                }
                 return try await rooms.adminCreateRoom(name: try string(body, "name"), metadata: try string(body, "metadata"),
                                                        password: try string(body, "password"),
                                                        keepWhenEmpty: try bool(body, "keepWhenEmpty") ?? false)
@@ -85,7 +117,32 @@ struct AdminAPI: Sendable {
             return Self.json(try await body(), status: status)
         } catch let e as RoomError {
             return Self.error(e)
+        } catch let r as AdminRedirect {
+            return Response(status: .temporaryRedirect, headers: [.location: r.location])
         }
+    }
+
+    /// Every room: this node's, and in a cluster every other live node's, each with `nodeId`.
+    func listRooms() async throws -> JSONValue {
+        let local = await rooms.adminListRooms()
+        guard let cluster else { return local }
+        var all = (local["rooms"]?.arrayValue ?? []).map { $0.with("nodeId", .string(cluster.nodeId)) }
+        var unreachable: [String] = []
+        for node in await cluster.otherLiveNodes() {
+            switch await cluster.call(node, op: "adminListRooms") {
+            case .success(let result): all += result["rooms"]?.arrayValue ?? []
+            case .failure: unreachable.append(node)
+            }
+        }
+        if !unreachable.isEmpty {
+            // A node that does not answer (dying, or cut off): its rooms as the store records them.
+            let recorded = try await cluster.recordedRooms().get()
+            for r in recorded where unreachable.contains(r.nodeId) {
+                all.append(["id": .string(r.id), "name": r.name.map { .string($0) } ?? .null, "nodeId": .string(r.nodeId),
+                            "nodeReachable": false])
+            }
+        }
+        return ["rooms": .array(all)]
     }
 
     func checkAccess(_ request: Request) async -> RoomError? {
@@ -182,6 +239,29 @@ private func string(_ body: [String: JSONValue], _ key: String) throws -> String
     guard let v = body[key] else { return nil }
     guard let s = v.stringValue else { throw RoomError.invalidParameter("\"\(key)\" must be a string.") }
     return s
+}
+
+/// A redirect to the node that serves an admin request.
+struct AdminRedirect: Error { let location: String }
+
+/// In a cluster, a request for one room (`/v1/rooms/{id}…`) made on a node that does not host
+/// it answers `307 Temporary Redirect` to the same path on the node that does (the node is
+/// named by the id's prefix); a client that follows redirects (curl -L) gets its answer there.
+struct AdminClusterRedirect: RouterMiddleware {
+    typealias Context = MinatoRequestContext
+    let cluster: ClusterNode
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let parts = request.uri.path.split(separator: "/")
+        guard parts.count >= 3, parts[0] == "v1", parts[1] == "rooms",
+              let node = ClusterConfiguration.nodeId(of: String(parts[2])), node != cluster.nodeId else {
+            return try await next(request, context)
+        }
+        guard let url = await cluster.url(of: node) else {
+            return AdminAPI.error(.roomNotFound("with id '\(parts[2].prefix(80))': node \(node) is not in the cluster"))
+        }
+        return Response(status: .temporaryRedirect, headers: [.location: url + request.uri.description])
+    }
 }
 
 /// CORS for `/v1` when `admin.corsOrigins` names origins: answers their preflight requests and

@@ -2,6 +2,7 @@ public import Logging
 public import MinatoRooms
 internal import MinatoSignaling
 internal import MinatoTransport
+internal import MinatoCluster
 internal import Hummingbird
 internal import HummingbirdCore
 internal import HummingbirdWebSocket
@@ -26,7 +27,10 @@ public final class MinatoServer: Sendable {
     /// CLI bootstraps) and the workers' packet counters, copied in at each scrape.
     let registry: PrometheusCollectorRegistry
     let packetMetrics: PacketMetrics
+    /// This process as a node of a cluster (nil: a single node, `cluster.redisUrl` empty).
+    let cluster: ClusterNode?
     private let connectionIds = Atomic<UInt64>(1)
+    private let draining = Atomic<Bool>(false)
 
     public init(configuration: ServerConfiguration, logger: Logger, registry: PrometheusCollectorRegistry) async throws {
         self.configuration = configuration
@@ -49,7 +53,23 @@ public final class MinatoServer: Sendable {
             verifier = { @Sendable (token: String) async -> Result<AuthGrant, RoomError> in await a.verify(token) }
         }
         self.authority = authority
-        self.rooms = RoomService(configuration: configuration.rooms, workers: workers, logger: logger, verifier: verifier)
+        var roomConfiguration = configuration.rooms
+        var nodeId: String?
+        if configuration.cluster.enabled {
+            let id = configuration.cluster.nodeId.isEmpty ? ClusterConfiguration.generatedNodeId() : configuration.cluster.nodeId
+            roomConfiguration.idPrefix = id + "."
+            nodeId = id
+        }
+        self.rooms = RoomService(configuration: roomConfiguration, workers: workers, logger: logger, verifier: verifier)
+        if let nodeId {
+            let store = try RedisClusterStore(url: configuration.cluster.redisUrl,
+                                              connectTimeoutMs: configuration.cluster.storeTimeoutMs,
+                                              commandTimeoutMs: configuration.cluster.storeTimeoutMs)
+            self.cluster = await ClusterNode(configuration: configuration.cluster, nodeId: nodeId, store: store, rooms: rooms,
+                                             maxFrameBytes: configuration.maxFrameBytes, logger: logger)
+        } else {
+            self.cluster = nil
+        }
         self.registry = registry
         self.packetMetrics = PacketMetrics(registry: registry)
     }
@@ -58,9 +78,14 @@ public final class MinatoServer: Sendable {
     public func run() async throws {
         let files = OpenFileLimit.raise()
         await rooms.start()
+        if let cluster { await cluster.start() }
         let router = Router(context: MinatoRequestContext.self)
         router.get("/healthz") { _, _ in "ok\n" }
-        router.get("/readyz") { [workers] _, _ -> Response in
+        router.get("/readyz") { [workers, cluster] _, _ -> Response in
+            if let cluster, let why = await cluster.notReadyReason {
+                return Response(status: .serviceUnavailable, headers: [.contentType: "text/plain"],
+                                body: .init(byteBuffer: ByteBuffer(string: "not ready: \(why)\n")))
+            }
             for w in workers {
                 let alive = try? await withThrowingTaskGroup(of: Bool.self) { group in
                     group.addTask { try await w.perform { _ in true } }
@@ -94,18 +119,42 @@ public final class MinatoServer: Sendable {
             .flatMap { try? String(contentsOf: $0, encoding: .utf8) }
         AdminAPI(rooms: rooms, apiSecret: configuration.adminApiSecret, authority: authority,
                  access: configuration.adminAccess, listenHost: configuration.host,
-                 corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI).register(on: router)
+                 corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI, cluster: cluster,
+                 drain: { [self] c in Task { await self.drainAndExit(c) } }).register(on: router)
 
         WhipWhep(rooms: rooms, iceServers: configuration.clientIceServers,
                  nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue },
                  origins: OriginPolicy(listed: Set(configuration.allowedOrigins)),
-                 maxOfferBytes: configuration.rooms.maxSdpBytes).register(on: router)
+                 maxOfferBytes: configuration.rooms.maxSdpBytes, cluster: cluster).register(on: router)
 
         let wsRouter = Router(context: SignalingRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
         wsRouter.ws("/ws") { [self] inbound, outbound, context in
             let token = context.request.uri.queryParameters["token"].map(String.init)
             try await self.serveConnection(inbound: inbound, outbound: outbound, socket: context.requestContext.channel, token: token)
+        }
+        if let cluster {
+            // Node-to-node links: only a node presenting a credential signed with cluster.secret.
+            let host = NodeLinkHost(rooms: rooms, nodeId: cluster.nodeId, maxInFlight: configuration.maxInFlightRequests,
+                                    maxOutgoing: configuration.maxOutgoingBytes * 16, maxFrameBytes: maxMessage + 4096,
+                                    nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue },
+                                    logger: logger)
+            let credentials = cluster.credentials
+            wsRouter.ws("/cluster/link", shouldUpgrade: { [logger] request, context in
+                let header = request.headers[.authorization] ?? ""
+                let bearer = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)) : ""
+                guard await credentials.verify(bearer) != nil else {
+                    logger.warning("node link refused: its credential does not verify with cluster.secret",
+                                   metadata: ["peer": "\(context.channel.remoteAddress?.description ?? "?")"])
+                    Counter(label: "minato_cluster_links_refused_total").increment()
+                    throw HTTPError(.unauthorized, message: "node link credential refused")
+                }
+                return .upgrade([:])
+            }) { inbound, outbound, context in
+                let header = context.request.headers[.authorization] ?? ""
+                let peer = await credentials.verify(header.hasPrefix("Bearer ") ? String(header.dropFirst(7)) : "") ?? "?"
+                await host.serve(inbound: inbound, outbound: outbound, socket: context.requestContext.channel, peer: peer)
+            }
         }
         // Every connection passes the gate (server.maxConnections, …PerAddress) and must send its
         // first request head within server.idleTimeoutSec; later, Hummingbird closes an HTTP
@@ -154,9 +203,36 @@ public final class MinatoServer: Sendable {
             },
             logger: logger)
         defer { for w in workers { w.shutdown() } }
-        try await app.runService()
+        if let cluster {
+            // In a cluster SIGTERM drains first (no new rooms; live ones keep running until they
+            // empty or cluster.drainTimeoutSec), then shuts down as SIGINT does at once.
+            signal(SIGTERM, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: SIGTERM, queue: .global())
+            source.setEventHandler { [self] in Task { await self.drainAndExit(cluster) } }
+            source.resume()
+            defer { source.cancel() }
+            try await app.runService(gracefulShutdownSignals: [.sigint])
+        } else {
+            try await app.runService()
+        }
+        if let cluster { await cluster.stop() }
         await rooms.closeAllRooms()
         logger.notice("minato stopped")
+    }
+
+    /// Drains this cluster node (`SIGTERM`, `POST /v1/nodes/{id}/drain`): no new rooms are
+    /// placed here; once no member is left, or after `cluster.drainTimeoutSec`, the server shuts
+    /// down gracefully (rooms closed, lease dropped) and the process exits 0.
+    func drainAndExit(_ cluster: ClusterNode) async {
+        guard !draining.exchange(true, ordering: .relaxed) else { return }
+        await cluster.drain()
+        let deadline = ContinuousClock.now + .seconds(configuration.cluster.drainTimeoutSec)
+        while ContinuousClock.now < deadline, await rooms.load().members > 0 {
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+        let left = await rooms.load().members
+        logger.notice("drained: shutting down", metadata: ["membersLeft": "\(left)"])
+        kill(getpid(), SIGINT)
     }
 
     /// Copies the workers' packet counters and the room counts into the registry.
@@ -204,6 +280,9 @@ public final class MinatoServer: Sendable {
         let channel = ClientChannel(id: id, send: send, close: { code, reason in continuation.yield(.close(code, reason)) })
         let rooms = self.rooms
         let signaling = SignalingFrontDoor(rooms: rooms)
+        // In a cluster, requests for rooms hosted on other nodes go there (ClusterGateway).
+        let gateway = await cluster?.gateway(for: channel, token: token)
+        defer { gateway?.connectionClosed() }
         logger.debug("signaling connection opened", metadata: ["connection": "\(id)"])
         if let token, let error = await rooms.authenticate(token: token, channel: channel) {
             // A bad token at connect time: say why in the close frame (4001 invalid, 4002 expired).
@@ -243,6 +322,10 @@ public final class MinatoServer: Sendable {
                                     "This connection has \(maxInFlight) requests in flight; wait for their responses (server.maxInFlightRequests).")))
                             } else {
                                 group.addTask {
+                                    if let gateway, await gateway.route(request, text: text) != .local {
+                                        budget.inFlight.subtract(1, ordering: .relaxed)
+                                        return
+                                    }
                                     await signaling.handle(request, channel: channel)
                                     budget.inFlight.subtract(1, ordering: .relaxed)
                                 }

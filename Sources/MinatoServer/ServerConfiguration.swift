@@ -1,6 +1,7 @@
 public import MinatoRooms
 public import MinatoTransport
 public import MinatoMedia
+public import MinatoCluster
 internal import Foundation
 internal import Yams
 
@@ -94,6 +95,8 @@ public struct ServerConfiguration: Sendable {
     /// <url>; rel="ice-server"` headers; empty = none (the server is reachable without them
     /// when it announces a public address).
     public var clientIceServers: [String] = []
+    /// `cluster.*`: several nodes sharing one Redis (empty `cluster.redisUrl` = one node).
+    public var cluster = ClusterConfiguration()
 
     public init() {}
 
@@ -183,6 +186,7 @@ public struct ServerConfiguration: Sendable {
         guard rooms.defaultMaxSubscribers <= rooms.maxSubscribersCap else {
             throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
         }
+        if let problem = cluster.problem() { throw ConfigurationError(message: problem) }
     }
 
     private static func flatten(_ node: Node, prefix: String, into out: inout [(String, Node)]) {
@@ -361,6 +365,27 @@ struct ConfigKey: Sendable {
             }
             c.clientIceServers = list
         },
+        ConfigKey(path: "cluster.redisUrl", value: { $0.cluster.redisUrl.isEmpty ? "(none: single node)" : $0.cluster.redisUrl }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in
+            c.cluster.redisUrl = v.trimmingCharacters(in: .whitespaces)
+        },
+        ConfigKey(path: "cluster.nodeId", value: { $0.cluster.nodeId.isEmpty ? "(generated at start)" : $0.cluster.nodeId }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard v.isEmpty || ClusterConfiguration.isValidNodeId(v) else {
+                throw ConfigurationError(message: "\(s): '\(v.prefix(40))' must be 1 to 32 letters, digits or '-'")
+            }
+            c.cluster.nodeId = v
+        },
+        ConfigKey(path: "cluster.advertiseUrl", value: { $0.cluster.advertiseUrl.isEmpty ? "(none)" : $0.cluster.advertiseUrl }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in
+            c.cluster.advertiseUrl = v.trimmingCharacters(in: .whitespaces)
+        },
+        ConfigKey(path: "cluster.secret", value: { $0.cluster.secret.isEmpty ? "(not set)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard v.isEmpty || v.utf8.count >= 32 else {
+                throw ConfigurationError(message: "\(s): the secret must be at least 32 bytes (or empty)")
+            }
+            c.cluster.secret = v
+        },
+        .int("cluster.leaseMs", 300...600_000, { $0.cluster.leaseMs }) { $0.cluster.leaseMs = $1 },
+        .int("cluster.drainTimeoutSec", 0...86_400, { $0.cluster.drainTimeoutSec }) { $0.cluster.drainTimeoutSec = $1 },
+        .int("cluster.storeTimeoutMs", 50...60_000, { $0.cluster.storeTimeoutMs }) { $0.cluster.storeTimeoutMs = $1 },
     ]
 }
 

@@ -1,6 +1,7 @@
 internal import Hummingbird
 internal import HTTPTypes
 internal import MinatoRooms
+internal import MinatoCluster
 internal import Foundation
 internal import NIOCore
 internal import Synchronization
@@ -33,6 +34,9 @@ struct WhipWhep: Sendable {
     /// The largest offer accepted (`server.maxSdpBytes`); a larger body is 413 before it is read
     /// further.
     let maxOfferBytes: Int
+    /// In a cluster: a POST for a room another node hosts answers 307 to that node (RFC 9725
+    /// §4.5), and a WHIP room that does not exist yet is placed first.
+    let cluster: ClusterNode?
 
     static let maxFragmentBytes = 16 * 1024
     static let linkField = HTTPField.Name("Link")
@@ -69,6 +73,9 @@ struct WhipWhep: Sendable {
     }
 
     private func post(_ request: Request, _ context: MinatoRequestContext, kind: MediaSessionRequest.Kind) async throws -> Response {
+        if let cluster, let url = try await hostElsewhere(room: try param(context, "room"), kind: kind, cluster: cluster) {
+            return Response(status: .temporaryRedirect, headers: [.location: url + request.uri.description])
+        }
         try Self.requireContentType(request, "application/sdp")
         let offer = try await Self.body(request, max: maxOfferBytes, key: "server.maxSdpBytes")
         let room = try param(context, "room")
@@ -87,6 +94,22 @@ struct WhipWhep: Sendable {
             for server in iceServers { headers.append(HTTPField(name: link, value: "<\(server)>; rel=\"ice-server\"")) }
         }
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: result.answer)))
+    }
+
+    /// The URL of the node that hosts (WHIP: or is now placed to host) room `room`, when that
+    /// is not this node.
+    private func hostElsewhere(room: String, kind: MediaSessionRequest.Kind, cluster: ClusterNode) async throws -> String? {
+        let node: String?
+        if kind == .ingest {
+            node = try await cluster.place(name: room).get()
+        } else {
+            node = await cluster.nodeHolding(name: room)
+        }
+        guard let node, node != cluster.nodeId else { return nil }
+        guard let url = await cluster.url(of: node) else {
+            throw RoomError.serviceUnavailable("Node \(node), which hosts room '\(room.prefix(64))', is not in the cluster now.")
+        }
+        return url
     }
 
     private func patch(_ request: Request, _ context: MinatoRequestContext) async throws -> Response {
@@ -114,7 +137,9 @@ struct WhipWhep: Sendable {
         } catch let e as RoomError {
             var response = Self.text(Self.status(for: e), "\(e.name): \(e.detail)\n")
             // A rate or capacity limit: the client may try again (RFC 9110 10.2.3).
-            if e.name == "limitExceeded", e.code == 429 || e.code == 503 { response.headers[.retryAfter] = "1" }
+            if (e.name == "limitExceeded" && (e.code == 429 || e.code == 503)) || e.name == "serviceUnavailable" {
+                response.headers[.retryAfter] = "1"
+            }
             return response
         } catch {
             return Self.text(.internalServerError, "internal: the server could not complete this request\n")

@@ -32,6 +32,9 @@ public struct JsonRpcRequest: Sendable {
         }
     }
 
+    /// The request's params (an empty object when it had none).
+    public var parameters: [String: JSONValue] { params }
+
     /// The error response to this request (used when it is refused before it is handled).
     public func errorResponse(_ error: RoomError) -> String { JsonRpcRejection(id: id, error: error).responseText }
 }
