@@ -37,7 +37,11 @@ public final class ClusterGateway: LinkChannelSink, Sendable {
         var token: String?
         var remotes: [String: Remote] = [:]
         var closed = false
+        /// Relayed requests waiting for their response (by serialized id): when they were sent,
+        /// for `minato_cluster_relayed_request_seconds`. At most `maxTimed` at once.
+        var timed: [String: ContinuousClock.Instant] = [:]
     }
+    static let maxTimed = 64
     private let state: Mutex<State>
 
     init(cluster: ClusterNode, client: ClientChannel, token: String?) {
@@ -122,6 +126,10 @@ public final class ClusterGateway: LinkChannelSink, Sendable {
         switch await channel(on: node) {
         case .success(let link):
             Counter(label: "minato_cluster_requests_relayed_total", dimensions: [("method", request.method)]).increment()
+            if request.id != .null {
+                let key = request.id.serialized(), now = ContinuousClock.now
+                state.withLock { s in if s.timed.count < Self.maxTimed { s.timed[key] = now } }
+            }
             link.send(.message(channel: channelId, text: text))
             return .forwarded
         case .failure(let error):
@@ -182,7 +190,20 @@ public final class ClusterGateway: LinkChannelSink, Sendable {
 
     func deliver(_ text: String, from node: String) {
         track(text, from: node)
+        timeResponse(text)
         client.send(text)
+    }
+
+    /// A response to a relayed request: how long it took, from here to the host and back.
+    /// Notifications (which start `{"jsonrpc":"2.0","method"`) are not parsed for this.
+    private func timeResponse(_ text: String) {
+        guard !text.hasPrefix(#"{"jsonrpc":"2.0","method""#), state.withLock({ !$0.timed.isEmpty }),
+              let id = try? JSONValue.parse(text)["id"] else { return }
+        let key = id.serialized()
+        guard let sent = state.withLock({ $0.timed.removeValue(forKey: key) }) else { return }
+        let took = ContinuousClock.now - sent
+        Timer(label: "minato_cluster_relayed_request_seconds").recordNanoseconds(
+            took.components.seconds * 1_000_000_000 + took.components.attoseconds / 1_000_000_000)
     }
 
     func closedByHost(node: String, code: UInt16, reason: String) {

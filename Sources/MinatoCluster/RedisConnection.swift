@@ -302,13 +302,22 @@ struct RedisSession {
         disconnect()
     }
 
-    private mutating func execute(_ arguments: [[UInt8]]) -> Result<RedisValue, ClusterStoreError> {
+    private mutating func execute(_ arguments: [[UInt8]], retry: Bool = true) -> Result<RedisValue, ClusterStoreError> {
         if let c = context, c.pointee.err != 0 { disconnect() }
+        let reused = context != nil
         if context == nil, let error = connect() { return .failure(error) }
         guard let c = context else { return .failure(.unavailable("no connection to Redis at \(settings.endpoint).")) }
         guard let reply = Self.send(c, arguments) else {
             let why = Self.errorText(c)
+            let closedByPeer = c.pointee.err == REDIS_ERR_EOF
+                || (c.pointee.err == REDIS_ERR_IO && (why.contains("reset") || why.contains("Broken pipe")))
             disconnect()
+            // A connection kept from before that Redis closed (it restarted, or dropped idle
+            // clients): the command almost surely did not run (the server it was written to is
+            // gone), so it is sent once more on a new connection rather than costing a missed
+            // lease renewal or a refused placement. The store's scripts are written so that
+            // running one twice leaves the same records.
+            if retry, reused, closedByPeer { return execute(arguments, retry: false) }
             return .failure(.unavailable("the command to Redis at \(settings.endpoint) failed: \(why) (command timeout \(settings.commandTimeoutMs) ms)."))
         }
         defer { freeReplyObject(reply) }

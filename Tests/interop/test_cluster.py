@@ -10,6 +10,8 @@
     listed exactly once by `GET /v1/rooms` on every node.
 (d) WHIP to a node that does not host the room: 307 to the host; the offer posted there
     publishes, and a subscriber through a node that does not host the room decodes it.
+(e) A member reconnecting through another node takes itself over with its reconnectSecret
+    (not without it), keeps decoding, and gets the room's events on its new socket.
 
 One cluster for the module (Redis + n1..n3 in their namespaces, logs in
 artifacts/interop/cluster-*.log). A failing test prints each process's state and log tail.
@@ -339,5 +341,49 @@ def test_whip_redirects_to_host(cluster):
             if session:
                 await in_thread(request, "DELETE", session)
             await pc.close()
+
+    run(c, body(), timeout=30)
+
+
+# ---- (e) ------------------------------------------------------------------------------------------
+
+def test_reconnect_takeover_through_another_node(cluster):
+    """A member joined through one node reconnects through another (its socket moved, as after a
+    network change behind a load balancer): `keepalive {memberId, reconnectSecret}` there takes
+    it over on the host, its subscription keeps decoding, and events reach the new socket."""
+    c = cluster
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cl-take"))
+        rid = room["id"]
+        host = await host_of(c, rid)
+        first, second = [i for i in NODES if i != host][:2] if host != 1 else (2, 3)
+        pub_m = await Member.join(c.ws_url(host), rid, "P")
+        sub_m = await Member.join(c.ws_url(first), rid, "S")
+        sink = None
+        try:
+            video = SyntheticVideoTrack()
+            pub = await pub_m.publish(video, codec="video/VP8")
+            s = await sub_m.subscribe(pub.id)
+            sink = VideoSink(s.track, "S-video")
+            assert await sink.wait_frames(10, 10), f"S decoded {sink.frames} frames before moving"
+            # Without the secret another socket cannot take the member.
+            thief = await Connection(c.ws_url(second), "thief").connect()
+            r = await thief.call_raw("keepalive", {"memberId": sub_m.id})
+            assert r.get("error", {}).get("data", {}).get("name") == "insufficientPermissions", r
+            await thief.close()
+            res = await sub_m.take_over(c.ws_url(second), label="S-moved")
+            assert res["ttlSec"] > 0
+            frames = sink.frames
+            assert await sink.wait_frames(frames + 30, 10), \
+                f"S stopped decoding after moving from n{first} to n{second} (room on n{host})"
+            await pub_m.conn.call("updateMemberMetadata", {"memberId": pub_m.id, "metadata": "moved"})
+            ev = await sub_m.conn.wait_event(lambda e: e.get("type") == "memberMetadataUpdated", timeout=5)
+            assert ev["data"]["member"]["metadata"] == "moved", ev
+        finally:
+            if sink:
+                sink.stop()
+            await pub_m.close()
+            await sub_m.close()
 
     run(c, body(), timeout=30)
