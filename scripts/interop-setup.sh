@@ -9,9 +9,10 @@
 #    GStreamer's base/good/bad/ugly/libav plugins and gstreamer1.0-nice), GStreamer's Python
 #    bindings for /usr/bin/python3 (python3-gi and the Gst, GstWebRTC, GstSdp, Nice typelibs) for
 #    the webrtcbin WHEP player, and a C compiler for whip-client's libgupnp-igd stub,
-#  - Debian's `redis-server` for the cluster store: the MinatoClusterTests unit tests and the
-#    cluster interop tests each start their own on a unix socket in a temporary directory (the
-#    system Redis service the package would start is stopped and disabled, see below),
+#  - Debian's `redis-server` for the cluster store: the MinatoClusterTests unit tests start their
+#    own on a unix socket in a temporary directory, the cluster interop tests theirs in a network
+#    namespace of its own (the system Redis service the package would start is stopped and
+#    disabled, see below),
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,8 +49,8 @@ if [ "${#need[@]}" -gt 0 ]; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends "${need[@]}"; fi
 fi
 # Installing Debian's redis-server starts and enables a system Redis (TCP port 6379, pid file
-# /run/redis/redis-server.pid). Nothing here uses it: the tests start their own servers on unix
-# sockets, and a stray Redis on 6379 would only hide a test that reached for the wrong one. So when
+# /run/redis/redis-server.pid). Nothing here uses it: the tests start their own servers, and a
+# stray Redis on 6379 would only hide a test that reached for the wrong one. So when
 # this run installed the package, stop that service and keep it from starting at boot. A Redis that
 # was there before this script ran is left alone.
 if [ "$installing_redis" = 1 ]; then
