@@ -9,7 +9,8 @@
 (c) 50 concurrent `findOrCreateRoom` of one new name, spread over the three nodes: one room,
     listed exactly once by `GET /v1/rooms` on every node.
 (d) WHIP to a node that does not host the room: 307 to the host; the offer posted there
-    publishes, and a subscriber through a node that does not host the room decodes it.
+    publishes, and a subscriber through a node that does not host the room decodes it; WHEP
+    through a node that does not host the room is redirected to the host too.
 (e) A member reconnecting through another node takes itself over with its reconnectSecret
     (not without it), keeps decoding, and gets the room's events on its new socket.
 
@@ -323,6 +324,13 @@ def test_whip_redirects_to_host(cluster):
                              and p["publisherId"] != watcher.id), None)
             pub = await await_until(video_published, 5, "the WHIP session's video publication", interval=0.1,
                                     state=lambda: pubs[0])
+            # WHEP for that member through the other node is redirected to the host as well.
+            publisher = next(m for m in (await watcher.conn.call("getRoom", {"roomId": rid}))["room"]["members"]
+                             if m["id"] == pub["publisherId"])
+            w = await in_thread(request, "POST", f"{c.node_url(other)}/whep/{name}/{publisher['name']}", offer,
+                                content_type="application/sdp")
+            assert w.status == 307 and w.header("location") == f"{c.node_url(host)}/whep/{name}/{publisher['name']}", \
+                f"POST /whep to n{other} (room on n{host}): {w} {w.headers}"
             sub = await watcher.subscribe(pub["id"])
             assert_candidates_on(watcher.recv_pc.remoteDescription.sdp, host,
                                  f"watcher (socket on n{other}, room on n{host}): the subscribe offer")
