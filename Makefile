@@ -3,7 +3,7 @@ SWIFT ?= swift
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss bench-cluster ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -64,6 +64,16 @@ bench-smoke: deps
 ## present, else .build/debug/minato. Results: bench/results/loss.{json,md,png}.
 bench-loss: deps
 	bash bench/loss.sh
+
+## Cluster latencies: Redis and 3 nodes, each in its own network namespace (Tests/interop/cluster.py),
+## aiortc clients: join -> first frame through the hosting node vs another, relayed vs direct
+## request latency, host SIGKILL -> decoding again (5 runs), Redis commands/s at rest (bench/cluster.py;
+## a few minutes; needs root for `unshare -n`). Server: $MINATO_BIN, else .build/release/minato if
+## present, else .build/debug/minato. BENCH_CLUSTER_ARGS=--quick: 20 joins, 1 kill run.
+## Results: bench/results/cluster.{json,md}; logs in artifacts/bench/cluster/.
+bench-cluster: build
+	bash scripts/interop-setup.sh
+	unshare -n sh -c 'ip link set lo up; exec .venv-interop/bin/python bench/cluster.py "$$@"' bench-cluster $(BENCH_CLUSTER_ARGS)
 
 ## What CI runs: the README's test command, the sanitizers, 20 s of each fuzzer, the micro
 ## benchmarks' zero-allocation check and a 10 s load smoke run.

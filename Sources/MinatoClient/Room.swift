@@ -9,38 +9,70 @@ struct WorkerBound<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
-/// The client's process-level state (SkyWay's `Context`): the server URL and token, the DTLS
+/// The client's process-level state (SkyWay's `Context`): the server URLs and token, the DTLS
 /// identity, and the media worker thread every connection of this context runs on.
 public final class Context: Sendable {
     public struct Options: Sendable {
-        /// The server's WebSocket endpoint, e.g. "ws://127.0.0.1:7880/ws".
-        public var url: String
+        /// The server's WebSocket endpoints, e.g. ["ws://127.0.0.1:7880/ws"]; several for the nodes
+        /// of a cluster. A new socket goes to the first of them that accepts it; after a member's
+        /// socket is lost, its server is tried again first, then the next ones in turn.
+        public var urls: [String]
+        /// The first of `urls`; setting it makes it the only one.
+        public var url: String {
+            get { urls.first ?? "" }
+            set { urls = [newValue] }
+        }
         /// A JWT (docs/protocol.md "Auth"), sent as `?token=`; nil when the server runs without auth.
         public var token: String?
         /// SRTP profiles to offer in DTLS (OpenSSL names, colon separated); nil offers all.
         public var srtpProfiles: String?
+        /// The numeric local addresses ICE gathers candidates on (default 127.0.0.1 only: a
+        /// server elsewhere needs this host's address on the way to it).
+        public var iceLocalAddresses: [String]
+        /// Whether a member joins its room again when it lost it: the node hosting the room failed,
+        /// or the member's socket closed (`LocalSFURoomMember.connectionEvents`).
+        public var rejoin: Bool
+        /// How long a rejoin keeps trying (a server answering `serviceUnavailable`, none reachable).
+        public var rejoinTimeout: Duration
+        /// How long a rejoined member waits for each publisher it subscribed to to publish again.
+        public var resubscribeWait: Duration
+        /// The first wait between two rejoin attempts; it doubles, up to 5 s.
+        public var reconnectDelay: Duration
         public var logger: Logger
+
         public init(url: String = "ws://127.0.0.1:7880/ws", token: String? = nil, srtpProfiles: String? = nil,
                     logger: Logger = Logger(label: "minato.client")) {
-            self.url = url; self.token = token; self.srtpProfiles = srtpProfiles; self.logger = logger
+            self.init(urls: [url], token: token, srtpProfiles: srtpProfiles, logger: logger)
+        }
+
+        public init(urls: [String], token: String? = nil, srtpProfiles: String? = nil,
+                    iceLocalAddresses: [String] = ["127.0.0.1"], rejoin: Bool = true,
+                    rejoinTimeout: Duration = .seconds(60), resubscribeWait: Duration = .seconds(10),
+                    reconnectDelay: Duration = .milliseconds(300), logger: Logger = Logger(label: "minato.client")) {
+            self.urls = urls; self.token = token; self.srtpProfiles = srtpProfiles
+            self.iceLocalAddresses = iceLocalAddresses; self.rejoin = rejoin
+            self.rejoinTimeout = rejoinTimeout; self.resubscribeWait = resubscribeWait
+            self.reconnectDelay = reconnectDelay; self.logger = logger
         }
     }
 
     public let options: Options
     let runtime: CryptoRuntime
     let worker: ClientWorker
-    let channel: RpcChannel
+    /// The socket for room lookups (create, find, snapshot, close), opened again when it closed.
+    private let lookup: Mutex<RpcChannel>
 
     private init(options: Options, runtime: CryptoRuntime, worker: ClientWorker, channel: RpcChannel) {
-        self.options = options; self.runtime = runtime; self.worker = worker; self.channel = channel
+        self.options = options; self.runtime = runtime; self.worker = worker; self.lookup = Mutex(channel)
     }
 
     /// Connects to the server (one WebSocket for room lookups; each joined member has its own).
     public static func setup(_ options: Options = Options()) async throws -> Context {
         let runtime = try CryptoRuntime()
-        let worker = ClientWorker(runtime: runtime)
+        let worker = ClientWorker(runtime: runtime,
+                                  ice: IceConfiguration(localAddresses: options.iceLocalAddresses, portMin: 0, portMax: 0))
         do {
-            let channel = try await openChannel(options)
+            let (channel, _) = try await openChannel(options)
             return Context(options: options, runtime: runtime, worker: worker, channel: channel)
         } catch {
             worker.shutdown()
@@ -48,10 +80,31 @@ public final class Context: Sendable {
         }
     }
 
-    static func openChannel(_ options: Options) async throws -> RpcChannel {
-        var url = options.url
+    /// Opens a socket to the first of `options.urls` that accepts one, trying each once, in
+    /// order; returns it and the index of its URL.
+    static func openChannel(_ options: Options) async throws -> (RpcChannel, Int) {
+        var failure: any Error = ClientError.connectionClosed("no server URL given")
+        for index in options.urls.indices {
+            do { return (try await openChannel(options, at: index), index) } catch { failure = error }
+        }
+        throw failure
+    }
+
+    /// Opens a socket to `options.urls[index]`.
+    static func openChannel(_ options: Options, at index: Int) async throws -> RpcChannel {
+        var url = options.urls[index]
         if let token = options.token { url += (url.contains("?") ? "&" : "?") + "token=" + token }
         return try await RpcChannel.connect(url: url, logger: options.logger)
+    }
+
+    /// The lookup socket; when it closed (its server went away), a new one to the first server
+    /// that accepts it.
+    func channel() async throws -> RpcChannel {
+        let current = lookup.withLock { $0 }
+        if !current.isClosed { return current }
+        let (fresh, _) = try await Context.openChannel(options)
+        lookup.withLock { $0 = fresh }
+        return fresh
     }
 
     /// Runs `body` on the media worker thread, where sources, sinks and connections live.
@@ -61,35 +114,39 @@ public final class Context: Sendable {
 
     /// Closes the lookup socket and stops the media thread (members should `leave` first).
     public func dispose() {
-        channel.close()
+        lookup.withLock { $0 }.close()
         worker.shutdown()
     }
 }
 
 /// A room on an SFU (SkyWay's `SFURoom`): find or create one, then `join` it.
 public final class SFURoom: Sendable {
-    public let id: String
+    /// The room's id. A rejoin (`LocalSFURoomMember.connectionEvents`) moves this object to the
+    /// room found again by its name, which has a new id.
+    public var id: String { current.withLock { $0.id } }
     public let name: String?
     public let context: Context
     /// Every room event seen by a member joined through this object, in version order.
     public let events: AsyncStream<RoomEvent>
     private let eventSink: AsyncStream<RoomEvent>.Continuation
-    private let lastVersion = Mutex(0)
+    /// The password given to create or find the room: a rejoin finds it again with it.
+    let password: String?
+    private let current: Mutex<(id: String, lastVersion: Int)>
 
-    init(snapshot: RoomSnapshot, context: Context) {
-        id = snapshot.id
+    init(snapshot: RoomSnapshot, context: Context, password: String?) {
         name = snapshot.name
         self.context = context
+        self.password = password
         (events, eventSink) = AsyncStream<RoomEvent>.makeStream()
-        lastVersion.withLock { $0 = snapshot.version ?? 0 }
+        current = Mutex((snapshot.id, snapshot.version ?? 0))
     }
 
-    private static func room(_ result: JSON, _ context: Context) throws -> SFURoom {
+    private static func room(_ result: JSON, _ context: Context, password: String?) throws -> SFURoom {
         guard let room = result["room"] else { throw ClientError.badResponse("no room in the result") }
-        return SFURoom(snapshot: try room.decode(RoomSnapshot.self), context: context)
+        return SFURoom(snapshot: try room.decode(RoomSnapshot.self), context: context, password: password)
     }
 
-    private static func body(name: String?, metadata: String?, password: String?) -> JSON {
+    static func body(name: String?, metadata: String?, password: String?) -> JSON {
         var p: [String: JSON] = [:]
         if let name { p["name"] = .string(name) }
         if let metadata { p["metadata"] = .string(metadata) }
@@ -99,25 +156,27 @@ public final class SFURoom: Sendable {
 
     public static func create(_ context: Context, name: String? = nil, metadata: String? = nil,
                               password: String? = nil) async throws -> SFURoom {
-        try room(await context.channel.call("createRoom", body(name: name, metadata: metadata, password: password)), context)
+        try room(await context.channel().call("createRoom", body(name: name, metadata: metadata, password: password)),
+                 context, password: password)
     }
 
     public static func find(_ context: Context, id: String) async throws -> SFURoom {
-        try room(await context.channel.call("findRoom", ["id": .string(id)]), context)
+        try room(await context.channel().call("findRoom", ["id": .string(id)]), context, password: nil)
     }
 
     public static func find(_ context: Context, name: String) async throws -> SFURoom {
-        try room(await context.channel.call("findRoom", ["name": .string(name)]), context)
+        try room(await context.channel().call("findRoom", ["name": .string(name)]), context, password: nil)
     }
 
     public static func findOrCreate(_ context: Context, name: String, metadata: String? = nil,
                                     password: String? = nil) async throws -> SFURoom {
-        try room(await context.channel.call("findOrCreateRoom", body(name: name, metadata: metadata, password: password)), context)
+        try room(await context.channel().call("findOrCreateRoom", body(name: name, metadata: metadata, password: password)),
+                 context, password: password)
     }
 
     /// The room's current state.
     public func snapshot() async throws -> RoomSnapshot {
-        guard let room = try await context.channel.call("getRoom", ["roomId": .string(id)])["room"] else {
+        guard let room = try await context.channel().call("getRoom", ["roomId": .string(id)])["room"] else {
             throw ClientError.badResponse("no room in the result")
         }
         return try room.decode(RoomSnapshot.self)
@@ -125,24 +184,20 @@ public final class SFURoom: Sendable {
 
     /// Closes the room for everyone (members are removed with reason `roomClosed`).
     public func close() async throws {
-        try await context.channel.call("closeRoom", ["roomId": .string(id)])
+        try await context.channel().call("closeRoom", ["roomId": .string(id)])
     }
 
-    /// Joins as a new member on its own WebSocket.
+    /// Joins as a new member on its own WebSocket (to the first of the context's URLs that accepts it).
     public func join(name: String? = nil, metadata: String? = nil, password: String? = nil,
                      keepaliveIntervalSec: Int = 30, replace: Bool = false) async throws -> LocalSFURoomMember {
-        let channel = try await Context.openChannel(context.options)
-        var p: [String: JSON] = ["roomId": .string(id), "keepaliveIntervalSec": .number(Double(keepaliveIntervalSec))]
-        if let name { p["name"] = .string(name) }
-        if let metadata { p["metadata"] = .string(metadata) }
-        if let password { p["password"] = .string(password) }
-        if replace { p["replace"] = true }
+        let (channel, urlIndex) = try await Context.openChannel(context.options)
+        let request = JoinRequest(name: name, metadata: metadata, password: password, keepaliveIntervalSec: keepaliveIntervalSec)
         do {
-            let result = try await channel.call("join", .object(p))
+            let result = try await channel.call("join", request.params(roomId: id, replace: replace))
             guard let m = result["member"] else { throw ClientError.badResponse("no member in the join result") }
-            let member = LocalSFURoomMember(member: try m.decode(Member.self), room: self, channel: channel,
-                                            keepaliveIntervalSec: keepaliveIntervalSec,
-                                            reconnectSecret: result["reconnectSecret"]?.string)
+            let member = LocalSFURoomMember(member: try m.decode(Member.self), room: self, channel: channel, urlIndex: urlIndex,
+                                            request: request, reconnectSecret: result["reconnectSecret"]?.string,
+                                            snapshot: try? result["room"]?.decode(RoomSnapshot.self))
             member.start()
             return member
         } catch {
@@ -152,13 +207,74 @@ public final class SFURoom: Sendable {
     }
 
     func deliver(_ event: RoomEvent) {
-        let fresh = lastVersion.withLock { v -> Bool in
-            guard event.version > v else { return false }
-            v = event.version
+        let fresh = current.withLock { c -> Bool in
+            guard event.version > c.lastVersion else { return false }
+            c.lastVersion = event.version
             return true
         }
         if fresh { eventSink.yield(event) }
     }
+
+    /// A rejoin found the room again as `snapshot`: this object is that room from now on.
+    func moved(to snapshot: RoomSnapshot) {
+        current.withLock { $0 = (snapshot.id, snapshot.version ?? 0) }
+    }
+}
+
+/// How a member joined: its rejoin joins the same way.
+struct JoinRequest: Sendable {
+    let name: String?
+    let metadata: String?
+    let password: String?
+    let keepaliveIntervalSec: Int
+
+    func params(roomId: String, replace: Bool) -> JSON {
+        var p: [String: JSON] = ["roomId": .string(roomId), "keepaliveIntervalSec": .number(Double(keepaliveIntervalSec))]
+        if let name { p["name"] = .string(name) }
+        if let metadata { p["metadata"] = .string(metadata) }
+        if let password { p["password"] = .string(password) }
+        if replace { p["replace"] = true }
+        return .object(p)
+    }
+}
+
+/// The part of a room's state a rejoin needs: its members (for names) and its publications,
+/// from a snapshot and the events since.
+struct RoomDirectory {
+    var version = 0
+    var members: [String: Member] = [:]
+    var publications: [String: Publication] = [:]
+
+    init() {}
+
+    init(_ snapshot: RoomSnapshot) {
+        version = snapshot.version ?? 0
+        for m in snapshot.members ?? [] { members[m.id] = m }
+        for p in snapshot.publications ?? [] { publications[p.id] = p }
+    }
+
+    mutating func apply(_ e: RoomEvent) {
+        guard e.version > version else { return }
+        version = e.version
+        switch e.type {
+        case "memberJoined", "memberMetadataUpdated":
+            if let m = e.member { members[m.id] = m }
+        case "memberLeft":
+            if let m = e.member {
+                members[m.id] = nil
+                publications = publications.filter { $0.value.publisherId != m.id }
+            }
+        case "streamPublished", "publicationMetadataUpdated", "publicationEnabled", "publicationDisabled":
+            if let p = e.publication { publications[p.id] = p }
+        case "streamUnpublished":
+            if let p = e.publication { publications[p.id] = nil }
+        default:
+            break
+        }
+    }
+
+    /// The name of the member that published `publication`, if it is known and has one.
+    func publisherName(of publication: Publication) -> String? { members[publication.publisherId]?.name }
 }
 
 /// Options of a publication (docs/protocol.md `publish`).
@@ -212,70 +328,183 @@ final class MemberMedia {
     var collectors: [UInt32: PacketCollector] = [:]
 }
 
+/// Why a member joins its room again.
+public enum RejoinReason: String, Sendable {
+    /// The node hosting the room failed: the server said `closed` with reason `nodeFailed`.
+    case nodeFailed
+    /// The member's socket closed, or the server no longer knew the member.
+    case memberLost
+}
+
+/// A subscription a rejoin did not make again: no publisher of that name published a stream of
+/// that kind (and metadata) again within `Context.Options.resubscribeWait`.
+public struct MissingSubscription: Sendable, Equatable {
+    public let publisherName: String?
+    public let contentType: ContentType
+    public let metadata: String?
+}
+
+/// What happens to a member's place in its room (`LocalSFURoomMember.connectionEvents`).
+public enum MemberConnectionEvent: Sendable {
+    /// The room was lost: the member finds it again by name (on any of the context's servers)
+    /// and joins it again.
+    case reconnecting(reason: RejoinReason)
+    /// The member is back: joined under its name and metadata (`member.id` and `room.id` are the
+    /// new ones), every source published again (`publications`, new ids), and subscribed again to
+    /// the publications of the same publishers (by name, contentType and metadata) as they came
+    /// back (`subscriptions`, new ids: a subscription made without a sink of yours has a new
+    /// `packets(of:)` stream). `missing` did not come back in time.
+    case reconnected(reason: RejoinReason, publications: [RoomPublication], subscriptions: [RoomSubscription],
+                     missing: [MissingSubscription])
+    /// The room could not be joined again (it has no name to find it by, `rejoin` is off, or
+    /// `rejoinTimeout` passed): the member is gone and `events` ends.
+    case failed(reason: RejoinReason, error: String)
+}
+
+/// A source this member publishes, kept to publish it again after a rejoin.
+private struct PublishedSource: Sendable {
+    let publicationId: String
+    let source: any RtpSource & Sendable
+    let options: PublicationOptions
+}
+
+/// A subscription of this member, kept to make it again after a rejoin.
+private struct SubscribedStream: Sendable {
+    let publicationId: String
+    let contentType: ContentType
+    let sink: (any RtpSink & Sendable)?
+}
+
+/// What a rejoin subscribes to again: the publication of the member named `publisherName` with
+/// this contentType (and metadata, when it had some).
+private struct WantedSubscription: Sendable {
+    let publisherName: String?
+    let contentType: ContentType
+    let metadata: String?
+    let sink: (any RtpSink & Sendable)?
+}
+
 /// The member this client joined as (SkyWay's `LocalSFURoomMember`): publishes sources,
 /// subscribes to publications, leaves. Every method is async; the media runs on the context's
-/// worker thread.
+/// worker thread. When its room is lost (its node failed, or its socket closed) it joins it again
+/// by name on its own, re-publishes and re-subscribes (`connectionEvents`); this object stays the
+/// member, with the new id.
 public actor LocalSFURoomMember {
-    public nonisolated let member: Member
+    /// The member as the server describes it; a rejoin replaces it (a new id).
+    public nonisolated var member: Member { current.withLock { $0 } }
     public nonisolated var id: String { member.id }
     public nonisolated let room: SFURoom
-    /// Room events this member receives, in version order; ends when the member leaves.
+    /// Room events this member receives, in version order (after a rejoin, the new room's);
+    /// ends when the member leaves or is lost for good.
     public nonisolated let events: AsyncStream<RoomEvent>
+    /// Rejoins: `.reconnecting`, then `.reconnected` or `.failed`; ends with `events`.
+    public nonisolated let connectionEvents: AsyncStream<MemberConnectionEvent>
+    private nonisolated let current: Mutex<Member>
     private nonisolated let eventSink: AsyncStream<RoomEvent>.Continuation
-    private nonisolated let channel: RpcChannel
-    private nonisolated let keepaliveIntervalSec: Int
+    private nonisolated let connectionSink: AsyncStream<MemberConnectionEvent>.Continuation
+    private nonisolated let request: JoinRequest
+    private var channel: RpcChannel
+    /// The index, in the context's URLs, of the server `channel` goes to.
+    private var urlIndex: Int
     /// The join result's `reconnectSecret` (PROTOCOL "keepalive"): sent with every keepalive; the
     /// server lets another connection take this member over only with it. Never logged or exposed.
-    private nonisolated let reconnectSecret: String?
+    private var reconnectSecret: String?
     private let media = WorkerBound(MemberMedia())
     private var tracks: [OfferedTrack] = []
     private var publicationMids: [String: String] = [:]   // publication id -> mid
     private var subscriptionSsrcs: [String: UInt32] = [:]
+    private var sources: [PublishedSource] = []
+    private var subscribed: [String: SubscribedStream] = [:]   // by subscription id
+    private var directory: RoomDirectory
     private var sendVersion = 0
     private var recvVersion = 0
     private let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
     private let cname = "minato-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-    private var tasks: [Task<Void, Never>] = []
+    private var notificationTask: Task<Void, Never>?
+    private var keepaliveTask: Task<Void, Never>?
     private var left = false
+    private var rejoining = false
 
-    init(member: Member, room: SFURoom, channel: RpcChannel, keepaliveIntervalSec: Int, reconnectSecret: String?) {
-        self.member = member
+    init(member: Member, room: SFURoom, channel: RpcChannel, urlIndex: Int, request: JoinRequest,
+         reconnectSecret: String?, snapshot: RoomSnapshot?) {
+        current = Mutex(member)
         self.room = room
         self.channel = channel
-        self.keepaliveIntervalSec = keepaliveIntervalSec
+        self.urlIndex = urlIndex
+        self.request = request
         self.reconnectSecret = reconnectSecret
+        directory = snapshot.map(RoomDirectory.init) ?? RoomDirectory()
         (events, eventSink) = AsyncStream<RoomEvent>.makeStream()
+        (connectionEvents, connectionSink) = AsyncStream<MemberConnectionEvent>.makeStream()
     }
 
     nonisolated func start() {
-        Task { await self.startTasks() }
+        Task { await self.begin() }
     }
 
-    private func startTasks() {
-        let channel = self.channel, id = member.id, sink = eventSink, room = self.room
-        tasks.append(Task { [weak self] in
-            for await n in channel.notifications {
-                switch n.method {
-                case "roomEvent":
-                    if let e = RoomEvent(n.params) { sink.yield(e); room.deliver(e) }
-                case "offer":
-                    if let sdp = n.params["offer"]?["sdp"]?.string { try? await self?.applyServerOffer(sdp) }
-                default: break
-                }
+    private func begin() {
+        listen()
+        startKeepalive()
+    }
+
+    /// Reads the notifications of `channel` until it closes; a closed socket loses the member.
+    private func listen() {
+        let channel = self.channel
+        notificationTask = Task { [weak self] in
+            for await n in channel.notifications { await self?.handle(n) }
+            await self?.channelEnded(channel)
+        }
+    }
+
+    private func handle(_ n: RpcChannel.Notification) async {
+        switch n.method {
+        case "roomEvent":
+            guard let e = RoomEvent(n.params), e.roomId == room.id else { return }
+            directory.apply(e)
+            if e.type == "streamUnpublished", let p = e.publication {
+                subscribed = subscribed.filter { $0.value.publicationId != p.id }
+            } else if e.type == "publicationUnsubscribed", let s = e.subscription {
+                subscribed[s.id] = nil
             }
-            sink.finish()
-        })
-        let period = max(1, keepaliveIntervalSec / 3)
-        var keepalive: [String: JSON] = ["memberId": .string(id)]
+            eventSink.yield(e)
+            room.deliver(e)
+            if e.type == "closed", e.reason == "nodeFailed" { startRejoin(.nodeFailed) }
+        case "offer":
+            guard n.params["memberId"]?.string == id, let sdp = n.params["offer"]?["sdp"]?.string else { return }
+            _ = try? await applyServerOffer(sdp)
+        default:
+            break
+        }
+    }
+
+    private func channelEnded(_ ended: RpcChannel) {
+        if ended === channel, !left { startRejoin(.memberLost) }
+    }
+
+    private func startKeepalive() {
+        keepaliveTask?.cancel()
+        let channel = self.channel, memberId = id, period = max(1, request.keepaliveIntervalSec / 3)
+        var keepalive: [String: JSON] = ["memberId": .string(memberId)]
         if let reconnectSecret { keepalive["reconnectSecret"] = .string(reconnectSecret) }
-        let keepaliveParams = JSON.object(keepalive)
-        tasks.append(Task {
+        let params = JSON.object(keepalive)
+        keepaliveTask = Task { [weak self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(period))
                 if Task.isCancelled { break }
-                _ = try? await channel.call("keepalive", keepaliveParams)
+                do {
+                    try await channel.call("keepalive", params)
+                } catch let e as RoomError where e.name == "memberNotFound" {
+                    // Gone without a memberLeft (which comes first on this socket): in a
+                    // cluster, the node that hosted the room failed.
+                    await self?.lost(memberId)
+                    return
+                } catch {}
             }
-        })
+        }
+    }
+
+    private func lost(_ memberId: String) {
+        if memberId == id, !left { startRejoin(.memberLost) }
     }
 
     private var worker: ClientWorker { room.context.worker }
@@ -315,6 +544,7 @@ public actor LocalSFURoomMember {
         }
         let publication = try pubJSON.decode(Publication.self)
         publicationMids[publication.id] = mid
+        sources.append(PublishedSource(publicationId: publication.id, source: source, options: options))
         let answerSdp = try SessionDescription.parse(answer)
         if firstNegotiation {
             let remote = try ClientSdp.remoteTransport(of: answerSdp)
@@ -336,6 +566,7 @@ public actor LocalSFURoomMember {
     /// Stops sending and unpublishes (subscribers see `streamUnpublished`).
     public func unpublish(publicationId: String) async throws {
         try await channel.call("unpublish", ["publicationId": .string(publicationId)])
+        sources.removeAll { $0.publicationId == publicationId }
         guard let mid = publicationMids.removeValue(forKey: publicationId) else { return }
         let media = self.media
         try await worker.perform { core in media.value.outbound.removeValue(forKey: mid)?.stop(on: core) }
@@ -357,6 +588,7 @@ public actor LocalSFURoomMember {
             throw ClientError.badResponse("subscribe returned no subscription, mid or offer")
         }
         let subscription = try subJSON.decode(Subscription.self)
+        subscribed[subscription.id] = SubscribedStream(publicationId: publicationId, contentType: subscription.contentType, sink: sink)
         let streams = try await applyServerOffer(offer)
         let stream = streams.first { $0.mid == mid }
         let ssrc = stream?.ssrcs.first
@@ -387,6 +619,7 @@ public actor LocalSFURoomMember {
 
     public func unsubscribe(subscriptionId: String) async throws {
         let result = try await channel.call("unsubscribe", ["subscriptionId": .string(subscriptionId)])
+        subscribed[subscriptionId] = nil
         if let ssrc = subscriptionSsrcs.removeValue(forKey: subscriptionId) {
             let media = self.media
             try await worker.perform { _ in
@@ -435,6 +668,171 @@ public actor LocalSFURoomMember {
         throw ClientError.timeout("the \(send ? "send" : "receive") connection did not connect in 15 s")
     }
 
+    // MARK: Rejoining
+
+    /// Runs a rejoin outside the task that noticed the loss (a cancelled keepalive task would
+    /// cut its waits short).
+    private nonisolated func startRejoin(_ reason: RejoinReason) {
+        Task { await self.rejoin(reason) }
+    }
+
+    /// The room is lost: find it again by name (creating it if nobody did yet), join it under the
+    /// same name and metadata (`replace`, so that a join whose answer was lost cannot block the
+    /// next attempt), publish every source again, then subscribe again to the same publishers'
+    /// streams as they come back. Errors a later attempt may not meet (`serviceUnavailable`, a
+    /// closed socket, a room or member gone with yet another node) are retried with backoff for
+    /// `rejoinTimeout`; after that, or on any other error, the member is gone (`.failed`).
+    private func rejoin(_ reason: RejoinReason) async {
+        guard !left, !rejoining else { return }
+        let options = room.context.options
+        guard options.rejoin, let name = room.name else {
+            connectionSink.yield(.failed(reason: reason, error: options.rejoin ? "the room has no name to find it by" : "rejoin is off"))
+            left = true
+            shutdown()
+            return
+        }
+        rejoining = true
+        connectionSink.yield(.reconnecting(reason: reason))
+        let republish = sources
+        let wants = subscribed.values.map { s -> WantedSubscription in
+            let p = directory.publications[s.publicationId]
+            return WantedSubscription(publisherName: p.flatMap { directory.publisherName(of: $0) }, contentType: s.contentType,
+                                      metadata: p?.metadata, sink: s.sink)
+        }
+        await dropMedia()
+        let deadline = ContinuousClock.now + options.rejoinTimeout
+        var delay = options.reconnectDelay
+        var publications: [RoomPublication] = []
+        while true {
+            do {
+                publications = try await joinAgain(name: name, republish: republish)
+                break
+            } catch {
+                options.logger.notice("rejoin attempt failed", metadata: ["room": "\(name)", "error": "\(error)"])
+                await dropMedia()
+                guard !left else { rejoining = false; return }
+                guard Self.worthRetrying(error), ContinuousClock.now + delay < deadline else {
+                    rejoining = false
+                    connectionSink.yield(.failed(reason: reason, error: "\(error)"))
+                    left = true
+                    shutdown()
+                    return
+                }
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+        rejoining = false
+        let (subscriptions, missing) = await resubscribe(wants, until: ContinuousClock.now + options.resubscribeWait)
+        connectionSink.yield(.reconnected(reason: reason, publications: publications, subscriptions: subscriptions,
+                                          missing: missing))
+    }
+
+    /// Errors a rejoin tries again after: the cluster may answer otherwise in a moment.
+    private static func worthRetrying(_ error: any Error) -> Bool {
+        if let e = error as? RoomError {
+            return ["serviceUnavailable", "roomNotFound", "memberNotFound", "publicationNotFound", "roomClosed",
+                    "notJoined"].contains(e.name)
+        }
+        if let e = error as? ClientError {
+            switch e {
+            case .connectionClosed, .timeout, .transport: return true
+            case .badResponse: return false
+            }
+        }
+        return false
+    }
+
+    /// One rejoin attempt; returns the sources' new publications.
+    private func joinAgain(name: String, republish: [PublishedSource]) async throws -> [RoomPublication] {
+        let options = room.context.options
+        if channel.isClosed {
+            // The same server first (it may be back already), then the next ones in turn.
+            do {
+                channel = try await Context.openChannel(options, at: urlIndex)
+            } catch {
+                urlIndex = (urlIndex + 1) % options.urls.count
+                throw error
+            }
+            listen()
+        }
+        let found = try await channel.call("findOrCreateRoom", SFURoom.body(name: name, metadata: nil, password: room.password))
+        guard let roomJSON = found["room"] else { throw ClientError.badResponse("no room in the result") }
+        room.moved(to: try roomJSON.decode(RoomSnapshot.self))
+        let result = try await channel.call("join", request.params(roomId: room.id, replace: true))
+        guard let m = result["member"] else { throw ClientError.badResponse("no member in the join result") }
+        let joined = try m.decode(Member.self)
+        current.withLock { $0 = joined }
+        reconnectSecret = result["reconnectSecret"]?.string
+        if let snapshot = try? result["room"]?.decode(RoomSnapshot.self) { directory = RoomDirectory(snapshot) }
+        startKeepalive()
+        var publications: [RoomPublication] = []
+        for s in republish { publications.append(try await publish(s.source, options: s.options)) }
+        return publications
+    }
+
+    /// Subscribes again to what `wants` names, each once its publication is in the room, until
+    /// `deadline`; returns the subscriptions made and what did not come back.
+    private func resubscribe(_ wants: [WantedSubscription], until deadline: ContinuousClock.Instant) async
+        -> ([RoomSubscription], [MissingSubscription]) {
+        var made: [RoomSubscription] = [], missing: [MissingSubscription] = [], taken = Set<String>()
+        let roomId = room.id
+        for want in wants {
+            var subscription: RoomSubscription?
+            while subscription == nil, !left, room.id == roomId {
+                if let publication = directory.publications.values.first(where: { p in
+                    !taken.contains(p.id) && p.publisherId != id && p.contentType == want.contentType
+                        && want.publisherName != nil && directory.publisherName(of: p) == want.publisherName
+                        && ((want.metadata ?? "").isEmpty || p.metadata == want.metadata)
+                }) {
+                    taken.insert(publication.id)
+                    do {
+                        subscription = try await subscribe(publicationId: publication.id, sink: want.sink)
+                        continue
+                    } catch {
+                        room.context.options.logger.notice("subscribing again failed", metadata: ["error": "\(error)"])
+                        taken.remove(publication.id)
+                        if !Self.worthRetrying(error) { break }
+                    }
+                }
+                if ContinuousClock.now >= deadline { break }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            if let subscription { made.append(subscription) } else {
+                missing.append(MissingSubscription(publisherName: want.publisherName, contentType: want.contentType,
+                                                   metadata: want.metadata))
+            }
+        }
+        return (made, missing)
+    }
+
+    /// Lets go of the media of a room that is gone: stops sending (the sources themselves are
+    /// kept to publish again), closes both connections, ends the received packet streams.
+    private func dropMedia() async {
+        keepaliveTask?.cancel()
+        keepaliveTask = nil
+        let media = self.media
+        try? await worker.perform { core in
+            for o in media.value.outbound.values { o.stop(on: core) }
+            media.value.outbound.removeAll()
+            media.value.send?.close()
+            media.value.send = nil
+            media.value.sendDemux = InboundDemux()
+            media.value.recv?.close()
+            media.value.recv = nil
+            media.value.recvDemux = InboundDemux()
+            for c in media.value.collectors.values { c.finish() }
+            media.value.collectors.removeAll()
+        }
+        tracks = []
+        publicationMids = [:]
+        subscriptionSsrcs = [:]
+        sources = []
+        subscribed = [:]
+        sendVersion = 0
+        recvVersion = 0
+    }
+
     // MARK: Leaving
 
     /// Leaves the room: stops every stream, closes both connections and the socket.
@@ -446,7 +844,8 @@ public actor LocalSFURoomMember {
     }
 
     private func shutdown() {
-        for t in tasks { t.cancel() }
+        notificationTask?.cancel()
+        keepaliveTask?.cancel()
         let media = self.media
         worker.post { core in
             for o in media.value.outbound.values { o.stop(on: core) }
@@ -458,5 +857,6 @@ public actor LocalSFURoomMember {
         }
         channel.close()
         eventSink.finish()
+        connectionSink.finish()
     }
 }

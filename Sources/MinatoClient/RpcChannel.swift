@@ -113,6 +113,9 @@ final class RpcChannel: Sendable {
         outbound.finish()
     }
 
+    /// Whether the socket has closed (requests then fail at once with `connectionClosed`).
+    var isClosed: Bool { state.withLock { $0.closed != nil } }
+
     private func handle(_ text: String) {
         guard let message = try? JSON.parse(text) else { return }
         if let id = message["id"]?.int {

@@ -26,6 +26,9 @@ public actor ClusterNode {
     private var record: NodeRecord
     /// The live nodes as of the last renewal (this one included while registered).
     private var live: [String: NodeRecord] = [:]
+    /// The last record of every node seen alive and not failed since: where to dial a node
+    /// that is briefly missing from the store (it re-registers after Redis restarted).
+    private var known: [String: NodeRecord] = [:]
     /// Rooms placed on each node since the last renewal read its load (so a burst of new
     /// rooms spreads instead of landing on the node that looked emptiest).
     private var placedSinceRefresh: [String: Int] = [:]
@@ -35,6 +38,8 @@ public actor ClusterNode {
     /// Whether the last call to the store succeeded, and why not when it did not.
     private var storeProblem: String? = "not registered yet"
     private var needsReclaim = true
+    /// The `renewal` number of the last renewal the store acknowledged (nil: none yet).
+    private var lastRenewal: Int64?
     private var leaseTask: Task<Void, Never>?
     private var roomTask: Task<Void, Never>?
     private let roomEvents: AsyncStream<RoomLifecycle>.Continuation
@@ -92,7 +97,9 @@ public actor ClusterNode {
         record.renewedAtMs = Self.nowMs()
         let started = ContinuousClock.now
         do {
-            let wasAlive = try await store.renewLease(record, leaseMs: configuration.leaseMs)
+            record.renewal &+= 1
+            let wasAlive = try await store.renewLease(record, leaseMs: configuration.leaseMs, previous: lastRenewal)
+            lastRenewal = record.renewal
             let took = ContinuousClock.now - started
             Timer(label: "minato_cluster_store_roundtrip_seconds").recordNanoseconds(
                 took.components.seconds * 1_000_000_000 + took.components.attoseconds / 1_000_000_000)
@@ -102,14 +109,13 @@ public actor ClusterNode {
             storeProblem = nil
             if !wasAlive || needsReclaim { await reclaim() }
             let nodes = try await store.liveNodes()
-            live = Dictionary(nodes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            setLive(nodes)
             placedSinceRefresh.removeAll()
             let reaped = try await store.reapDeadNodes()
             if !reaped.isEmpty {
                 logger.notice("rooms of nodes whose lease lapsed removed", metadata: [
                     "rooms": "\(reaped.count)", "nodes": "\(Set(reaped.map(\.nodeId)).sorted())"])
             }
-            forgetGoneNodes()
         } catch {
             Counter(label: "minato_cluster_lease_renewals_missed_total").increment()
             if storeProblem == nil {
@@ -172,14 +178,19 @@ public actor ClusterNode {
         }
     }
 
-    /// Nodes that left the cluster: their links close and gateways report their rooms failed.
-    private func forgetGoneNodes() {
-        for (node, link) in links where live[node] == nil {
-            link.close()
+    /// Takes `nodes` (just read from the store) as the live ones, and reports the nodes that
+    /// failed: a node is failed when it has no lease *and* no working link from here. Both are
+    /// needed: a node missing from the store while its link works is alive (Redis was emptied
+    /// and it has not registered again yet, or it is cut off from Redis only: its rooms go on
+    /// until it heals), and a node whose link dropped while its lease lives is dialed again.
+    private func setLive(_ nodes: [NodeRecord]) {
+        live = Dictionary(nodes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        for n in nodes { known[n.id] = n }
+        let involved = Set(gateways.values.flatMap(\.nodes)).union(links.keys)
+        for node in involved where node != nodeId && live[node] == nil && !(links[node]?.isUp ?? false) {
+            links[node]?.close()
             links[node] = nil
-        }
-        let gone = Set(gateways.values.flatMap(\.nodes)).subtracting(live.keys)
-        for node in gone {
+            known[node] = nil
             logger.notice("node left the cluster; its rooms are closed for clients here", metadata: ["node": "\(node)"])
             for g in gateways.values { g.nodeFailed(node) }
         }
@@ -195,7 +206,7 @@ public actor ClusterNode {
         }
         // The nodes alive now, not as of the last renewal: a node reaped since must not get the room.
         do {
-            live = Dictionary(try await store.liveNodes().map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            setLive(try await store.liveNodes())
         } catch {
             return .failure(.serviceUnavailable("New rooms cannot be placed: the cluster store is unreachable (\(error))."))
         }
@@ -230,7 +241,7 @@ public actor ClusterNode {
     func link(to node: String) async -> Result<NodeLinkClient, RoomError> {
         if let link = links[node], !link.isDown { return .success(link) }
         if let pending = dialing[node] { return await pending.value }
-        guard let url = live[node]?.url else {
+        guard let url = (live[node] ?? known[node])?.url else {
             return .failure(.serviceUnavailable("Node \(node), which hosts this room, is not in the cluster now."))
         }
         let task = Task { await self.dial(node, url: url) }
@@ -259,7 +270,7 @@ public actor ClusterNode {
     }
 
     /// A link ended: while its node is alive, dial again (backing off) and resume every client
-    /// connection that had a channel on it; once the node is gone, `forgetGoneNodes` reports it.
+    /// connection that had a channel on it; once the node is gone, `setLive` reports it.
     private func linkDown(_ node: String, link: NodeLinkClient, reason: String) async {
         guard links[node] === link else { return }
         links[node] = nil
@@ -268,7 +279,7 @@ public actor ClusterNode {
         guard !affected.isEmpty else { return }
         logger.notice("node link lost; dialing again", metadata: ["node": "\(node)", "reason": "\(reason)"])
         var delay = Duration.milliseconds(100)
-        while live[node] != nil {
+        while live[node] != nil || known[node] != nil {
             if case .success = await self.link(to: node) {
                 for g in affected { await g.resume(on: node) }
                 return
@@ -289,8 +300,16 @@ public actor ClusterNode {
 
     func gatewayClosed(_ id: UInt64) { gateways[id] = nil }
 
-    /// Whether `node` held a live lease at the last renewal (this node: whether it is registered).
-    public func isLive(_ node: String) -> Bool { live[node] != nil }
+    /// Whether `node` has a live lease: as of the last renewal, or else as the store says now (a
+    /// node that started since the last renewal is not in the cached list yet). With the store
+    /// unreachable, a node not cached is taken as possibly alive: the link then decides.
+    public func isLive(_ node: String) async -> Bool {
+        if live[node] != nil || (links[node]?.isUp ?? false) { return true }
+        guard let nodes = try? await store.liveNodes() else { return true }
+        // Reported failed (to the gateways, before the caller answers anything) if it is.
+        setLive(nodes)
+        return live[node] != nil
+    }
 
     public func otherLiveNodes() -> [String] { live.keys.filter { $0 != nodeId }.sorted() }
 

@@ -7,9 +7,13 @@
 /// (a Lua script): a node never deletes a record another node owns.
 public protocol ClusterStore: Sendable {
     /// Writes the node's lease record (expires after `leaseMs` unless renewed). Returns true
-    /// when the lease was still alive (a renewal), false when there was none (first start,
-    /// the lease lapsed, or the store was emptied): the caller must then re-claim its rooms.
-    func renewLease(_ node: NodeRecord, leaseMs: Int) async throws(ClusterStoreError) -> Bool
+    /// when the lease found there is the one the node last saw written (`previous`, the
+    /// `renewal` of its last acknowledged renewal), false otherwise: no lease (first start, the
+    /// lease lapsed, the store was emptied) or another one. The caller must then re-claim its
+    /// rooms. Comparing the renewal number, not only the key's existence, catches a renewal
+    /// that timed out here but reached Redis later (a TCP retransmission after a partition
+    /// healed): it would otherwise make a lapsed lease look alive.
+    func renewLease(_ node: NodeRecord, leaseMs: Int, previous: Int64?) async throws(ClusterStoreError) -> Bool
 
     /// Removes the node's lease (a clean exit).
     func dropLease(nodeId: String) async throws(ClusterStoreError)
@@ -42,6 +46,14 @@ public protocol ClusterStore: Sendable {
     func ping() async throws(ClusterStoreError)
 }
 
+extension ClusterStore {
+    /// Writes `node` again as its own previous renewal: true when the lease found is the one
+    /// last written with the same `renewal` (tests and tools that renew one record repeatedly).
+    public func renewLease(_ node: NodeRecord, leaseMs: Int) async throws(ClusterStoreError) -> Bool {
+        try await renewLease(node, leaseMs: leaseMs, previous: node.renewal)
+    }
+}
+
 /// A node as the store knows it.
 public struct NodeRecord: Sendable, Equatable, Codable {
     public var id: String
@@ -53,10 +65,13 @@ public struct NodeRecord: Sendable, Equatable, Codable {
     public var renewedAtMs: Int64
     /// When the process started (wall-clock ms): tells a restarted node from the old one.
     public var startedAtMs: Int64
+    /// The number of this renewal (one more each attempt); see `ClusterStore.renewLease`.
+    public var renewal: Int64
 
-    public init(id: String, url: String, state: NodeState, load: NodeLoad, renewedAtMs: Int64, startedAtMs: Int64) {
+    public init(id: String, url: String, state: NodeState, load: NodeLoad, renewedAtMs: Int64, startedAtMs: Int64,
+                renewal: Int64 = 0) {
         self.id = id; self.url = url; self.state = state; self.load = load
-        self.renewedAtMs = renewedAtMs; self.startedAtMs = startedAtMs
+        self.renewedAtMs = renewedAtMs; self.startedAtMs = startedAtMs; self.renewal = renewal
     }
 }
 

@@ -47,6 +47,13 @@ final class NodeLinkClient: Sendable {
         let opened = LinkOpenSignal()
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
             opened.set(c)
+            // A host that does not answer at all (its address blackholed) must not hold the
+            // request that dialed: after `Self.dialTimeout` the dial fails, and a socket that
+            // opens later closes at once (its queue is finished).
+            Task { [self] in
+                try? await Task.sleep(for: Self.dialTimeout)
+                if opened.finish(ClusterLinkError.unreachable("no answer within \(Self.dialTimeout)")) { close() }
+            }
             Task { [self] in
                 var reason = "closed by the peer"
                 do {
@@ -77,6 +84,9 @@ final class NodeLinkClient: Sendable {
             }
         }
     }
+
+    /// The longest a dial may take before the request that needed it fails.
+    static let dialTimeout = Duration.seconds(3)
 
     func send(_ frame: LinkFrame) {
         outbound.yield(frame.serialized())
@@ -160,7 +170,9 @@ public enum ClusterLinkError: Error, Sendable, CustomStringConvertible {
 final class LinkOpenSignal: Sendable {
     private let state = Mutex<(CheckedContinuation<Void, any Error>?, Bool)>((nil, false))
     func set(_ c: CheckedContinuation<Void, any Error>) { state.withLock { $0.0 = c } }
-    func finish(_ error: (any Error)?) {
+    /// Resumes the dialer with `error` (nil: opened); returns false when it was resumed before.
+    @discardableResult
+    func finish(_ error: (any Error)?) -> Bool {
         let c: CheckedContinuation<Void, any Error>? = state.withLock { s in
             if s.1 { return nil }
             s.1 = true
@@ -168,7 +180,8 @@ final class LinkOpenSignal: Sendable {
             s.0 = nil
             return c
         }
-        guard let c else { return }
+        guard let c else { return false }
         if let error { c.resume(throwing: error) } else { c.resume() }
+        return true
     }
 }

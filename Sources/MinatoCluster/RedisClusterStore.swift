@@ -1,4 +1,5 @@
 internal import Foundation
+internal import Crypto
 
 /// The cluster store on one Redis server (not Redis Cluster: the scripts build key names from
 /// the prefix, so every key must live on the same server). Keys, with `{p}` the key prefix
@@ -34,7 +35,7 @@ public final class RedisClusterStore: ClusterStore {
         self.keyPrefix = keyPrefix
     }
 
-    public func renewLease(_ node: NodeRecord, leaseMs: Int) async throws(ClusterStoreError) -> Bool {
+    public func renewLease(_ node: NodeRecord, leaseMs: Int, previous: Int64?) async throws(ClusterStoreError) -> Bool {
         var record = node
         // JSONEncoder refuses NaN and infinities; a broken CPU sample must not cost the lease.
         if !record.load.cpuPercent.isFinite { record.load.cpuPercent = 0 }
@@ -42,7 +43,8 @@ public final class RedisClusterStore: ClusterStore {
         do { json = try JSONEncoder().encode(record) } catch {
             throw .protocolError("the node record of \(node.id) could not be encoded as JSON: \(error)")
         }
-        let reply = try await eval(Scripts.renewLease, [bytes(keyPrefix), bytes(node.id), [UInt8](json), bytes(String(max(leaseMs, 1)))])
+        let reply = try await eval(Scripts.renewLease, [bytes(keyPrefix), bytes(node.id), [UInt8](json), bytes(String(max(leaseMs, 1))),
+                                                        bytes(previous.map(String.init) ?? "")])
         guard case .integer(let existed) = reply else { throw unexpected(reply, from: "renewLease") }
         return existed == 1
     }
@@ -179,7 +181,14 @@ enum Scripts {
     static let renewLease = LuaScript("""
         local prefix, node = ARGV[1], ARGV[2]
         local leaseKey = prefix .. 'node:' .. node
-        local existed = redis.call('EXISTS', leaseKey)
+        -- Alive only if the lease there is the node's last acknowledged renewal (ARGV[5]; empty:
+        -- none yet). A lease written by an attempt the node saw fail counts as lapsed.
+        local existed = 0
+        local old = redis.call('GET', leaseKey)
+        if old and ARGV[5] ~= '' then
+          local ok, record = pcall(cjson.decode, old)
+          if ok and type(record) == 'table' and record.renewal == tonumber(ARGV[5]) then existed = 1 end
+        end
         redis.call('SET', leaseKey, ARGV[3], 'PX', ARGV[4])
         redis.call('SADD', prefix .. 'nodes', node)
         return existed
@@ -305,42 +314,11 @@ enum Scripts {
         """)
 }
 
-/// SHA-1 (FIPS 180-4) of `message` as 40 lowercase hex digits: the name Redis gives a script.
-/// Only ever applied to the scripts above; nothing secret depends on it. Wrapping arithmetic.
+/// SHA-1 of `message` as 40 lowercase hex digits: the name Redis gives a script (swift-crypto;
+/// only ever applied to the scripts above, nothing secret depends on it).
 func sha1Hex(_ message: [UInt8]) -> String {
-    var data = message
-    let bitLength = UInt64(clamping: message.count) &* 8
-    data.append(0x80)
-    while data.count % 64 != 56 { data.append(0) }
-    for shift in stride(from: 56, through: 0, by: -8) { data.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
-
-    func rotl(_ x: UInt32, _ n: UInt32) -> UInt32 { (x << n) | (x >> (32 - n)) }
-    var h: [UInt32] = [0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0]
-    var w = [UInt32](repeating: 0, count: 80)
-    for chunk in stride(from: 0, to: data.count, by: 64) {
-        for i in 0..<16 {
-            let j = chunk + 4 * i
-            w[i] = UInt32(data[j]) << 24 | UInt32(data[j + 1]) << 16 | UInt32(data[j + 2]) << 8 | UInt32(data[j + 3])
-        }
-        for i in 16..<80 { w[i] = rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1) }
-        var (a, b, c, d, e) = (h[0], h[1], h[2], h[3], h[4])
-        for i in 0..<80 {
-            let f: UInt32, k: UInt32
-            switch i {
-            case 0..<20: f = (b & c) | (~b & d); k = 0x5A82_7999
-            case 20..<40: f = b ^ c ^ d; k = 0x6ED9_EBA1
-            case 40..<60: f = (b & c) | (b & d) | (c & d); k = 0x8F1B_BCDC
-            default: f = b ^ c ^ d; k = 0xCA62_C1D6
-            }
-            let t = rotl(a, 5) &+ f &+ e &+ k &+ w[i]
-            (e, d, c, b, a) = (d, c, rotl(b, 30), a, t)
-        }
-        h[0] = h[0] &+ a; h[1] = h[1] &+ b; h[2] = h[2] &+ c; h[3] = h[3] &+ d; h[4] = h[4] &+ e
-    }
-    let digits = Array("0123456789abcdef".utf8)
-    var hex: [UInt8] = []
-    for word in h {
-        for shift in stride(from: 28, through: 0, by: -4) { hex.append(digits[Int((word >> UInt32(shift)) & 0xF)]) }
-    }
-    return String(decoding: hex, as: UTF8.self)
+    Insecure.SHA1.hash(data: message).map { byte in
+        let hex = String(byte, radix: 16)
+        return byte < 16 ? "0" + hex : hex
+    }.joined()
 }

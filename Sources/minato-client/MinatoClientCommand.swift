@@ -9,17 +9,24 @@ struct MinatoClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "minato-client",
         abstract: "A bot on Minato's Swift client SDK.",
-        subcommands: [Loopback.self, Subscribe.self])
+        subcommands: [Loopback.self, Subscribe.self, Publish.self])
 }
 
 struct Common: ParsableArguments {
-    @Option(help: "The server's WebSocket URL.") var url = "ws://127.0.0.1:7880/ws"
+    @Option(help: ArgumentHelp("The server's WebSocket URL (default ws://127.0.0.1:7880/ws). Repeat it for several "
+                               + "servers, the nodes of a cluster: they are tried in order, and a member that loses its "
+                               + "room (its node failed) joins it again through them."))
+    var url: [String] = []
     @Option(help: "A JWT, when the server runs with auth.") var token: String?
+    @Option(help: ArgumentHelp("A numeric local address for ICE candidates (default 127.0.0.1); repeat it for several. "
+                               + "A server that is not on this host's loopback needs this host's address on the way to it."))
+    var iceAddress: [String] = []
     @Option(help: "The room's name (found or created).") var room = "minato-client"
     @Option(help: "Seconds to receive for.") var seconds = 3.0
 
     func context() async throws -> Context {
-        try await Context.setup(Context.Options(url: url, token: token))
+        try await Context.setup(Context.Options(urls: url.isEmpty ? ["ws://127.0.0.1:7880/ws"] : url, token: token,
+                                                iceLocalAddresses: iceAddress.isEmpty ? ["127.0.0.1"] : iceAddress))
     }
 }
 
@@ -158,5 +165,84 @@ struct Subscribe: AsyncParsableCommand {
         printJSON(["memberId": .string(me.id), "subscriptions": .array(results),
                    "events": .array(eventTypes.map { .string($0) })])
         context.dispose()
+    }
+}
+
+/// Joins a room and publishes synthetic video (and audio) for a while, staying in the room
+/// through node failures: when the room is lost the member joins it again by name through the
+/// given URLs, publishes again and subscribes again. Prints what happened, rejoins included.
+struct Publish: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Publish synthetic media into a room for a while, rejoining it when it is lost.")
+    @OptionGroup var common: Common
+    @Option(help: "The member's name (subscribers find its streams again by it after a rejoin).") var name = "swift-bot"
+    @Option(help: "Video bitrate in bit/s.") var bitrate = 500_000
+    @Flag(help: "Publish audio too.") var audio = false
+    @Option(help: "Also subscribe to the video of the member of this name (waiting up to 15 s for it) and count its packets.")
+    var subscribeTo: String?
+
+    func run() async throws {
+        let context = try await common.context()
+        let room = try await SFURoom.findOrCreate(context, name: common.room)
+        let me = try await room.join(name: name)
+        // One sink for the subscription and the ones the SDK makes again after a rejoin: it counts on.
+        let counter = StreamCounter()
+        let rejoins = RejoinLog(me) { try? await context.perform { counter.snapshot().packets } }
+        var publications = [try await me.publish(SyntheticVideoSource(bitrate: bitrate), options: PublicationOptions(metadata: "video"))]
+        if audio { publications.append(try await me.publish(SyntheticAudioSource(), options: PublicationOptions(metadata: "audio"))) }
+        if let subscribeTo {
+            let deadline = ContinuousClock.now + .seconds(15)
+            while true {
+                let snapshot = try await room.snapshot()
+                let publisher = snapshot.members?.first { $0.name == subscribeTo }
+                if let p = snapshot.publications?.first(where: { $0.publisherId == publisher?.id && $0.contentType == .video }) {
+                    _ = try await me.subscribe(publicationId: p.id, sink: counter)
+                    break
+                }
+                guard ContinuousClock.now < deadline else { throw ValidationError("\(subscribeTo) published no video within 15 s") }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        try await Task.sleep(for: .seconds(common.seconds))
+        let received = try await context.perform { counter.snapshot().packets }
+        let log = rejoins.snapshot()
+        try await me.leave()
+        printJSON(["roomId": .string(room.id), "memberId": .string(me.id),
+                   "firstPublications": .array(publications.map { .string($0.id) }),
+                   "packetsReceived": .number(Double(received)), "rejoins": .array(log)])
+        context.dispose()
+    }
+}
+
+/// A member's connection events as JSON, in order; each `reconnected` also says how many packets
+/// `received()` counted by then.
+final class RejoinLog: Sendable {
+    private let entries = Mutex<[JSON]>([])
+    init(_ member: LocalSFURoomMember, received: @escaping @Sendable () async -> UInt64?) {
+        Task {
+            for await e in member.connectionEvents {
+                var entry = Self.json(e)
+                if case .reconnected = e, case .object(var fields) = entry, let n = await received() {
+                    fields["packetsReceived"] = .number(Double(n))
+                    entry = .object(fields)
+                }
+                self.append(entry)
+            }
+        }
+    }
+    private func append(_ entry: JSON) { entries.withLock { $0.append(entry) } }
+    func snapshot() -> [JSON] { entries.withLock { $0 } }
+
+    static func json(_ event: MemberConnectionEvent) -> JSON {
+        switch event {
+        case .reconnecting(let reason):
+            return ["event": "reconnecting", "reason": .string(reason.rawValue)]
+        case .reconnected(let reason, let publications, let subscriptions, let missing):
+            return ["event": "reconnected", "reason": .string(reason.rawValue),
+                    "publications": .array(publications.map { .string($0.id) }),
+                    "subscriptions": .array(subscriptions.map { .string($0.id) }),
+                    "missing": .array(missing.map { .string("\($0.publisherName ?? "?") \($0.contentType.rawValue)") })]
+        case .failed(let reason, let error):
+            return ["event": "failed", "reason": .string(reason.rawValue), "error": .string(error)]
+        }
     }
 }

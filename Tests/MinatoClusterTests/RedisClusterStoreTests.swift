@@ -100,6 +100,29 @@ final class RedisClusterStoreTests: XCTestCase {
         try RedisClusterStore(url: Self.server.url, keyPrefix: prefix)
     }
 
+    /// A renewal the node saw fail (it timed out) may still reach Redis later, when a partition
+    /// heals and TCP retransmits it. That lease is not the node's last acknowledged one, so the
+    /// next renewal reports it as lapsed (and the node re-claims its rooms).
+    func testLeaseWrittenByAFailedRenewalDoesNotCountAsAlive() async throws {
+        let store = try makeStore()
+        var a = node("a")
+        a.renewal = 1
+        let first = try await store.renewLease(a, leaseMs: 60_000, previous: nil)
+        XCTAssertFalse(first, "no acknowledged renewal yet: not alive")
+        a.renewal = 2
+        let second = try await store.renewLease(a, leaseMs: 60_000, previous: 1)
+        XCTAssertTrue(second, "the lease found is renewal 1, the last acknowledged")
+        // Renewal 3 'fails' at the node (it never sees the answer) but lands in Redis.
+        a.renewal = 3
+        _ = try await store.renewLease(a, leaseMs: 60_000, previous: 2)
+        a.renewal = 4
+        let afterLateWrite = try await store.renewLease(a, leaseMs: 60_000, previous: 2)
+        XCTAssertFalse(afterLateWrite, "the lease found is renewal 3, which the node never saw acknowledged")
+        a.renewal = 5
+        let next = try await store.renewLease(a, leaseMs: 60_000, previous: 4)
+        XCTAssertTrue(next)
+    }
+
     func testLeaseRenewsExpiresAndLiveNodesFollows() async throws {
         let store = try makeStore()
         let a = node("a"), b = node("b")

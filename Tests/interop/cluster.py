@@ -275,10 +275,13 @@ def sdp_candidate_addresses(sdp: str) -> list[str]:
 class Cluster:
     """A bridge, Redis's host, `n` node hosts and this process's namespace as the client host."""
 
-    def __init__(self, n: int = 3, *, tag: Optional[str] = None) -> None:
+    def __init__(self, n: int = 3, *, tag: Optional[str] = None, label: str = "cluster") -> None:
+        """`label` names the logs (artifacts/interop/<label>-n<i>.log, <label>-redis.log): one per
+        test module, so two modules' clusters never write into each other's files."""
         if not 1 <= n <= 9:
             raise ValueError(f"{n} nodes: 1..9 (node i is {SUBNET}.1<i>)")
         self.n = n
+        self.label = label
         tag = tag or str(os.getpid())
         self.tag = tag
         self.bridge_ns = f"{NS_PREFIX}br-{tag}"
@@ -426,7 +429,7 @@ class Cluster:
 
     @property
     def redis_log_path(self) -> Path:
-        return ARTIFACTS / "cluster-redis.log"
+        return ARTIFACTS / f"{self.label}-redis.log"
 
     def start_redis(self, timeout: float = 10.0) -> None:
         """Starts an empty Redis (no persistence) in its namespace; returns when it answers PING
@@ -440,7 +443,7 @@ class Cluster:
             self._redis_dir = tempfile.mkdtemp(prefix=f"{self.redis_ns}-")
         cmd = [REDIS_SERVER, "--bind", REDIS_ADDR, "--port", str(REDIS_PORT), "--protected-mode", "no",
                "--save", "", "--appendonly", "no", "--dir", self._redis_dir]
-        log = self._log("redis", "cluster-redis", " ".join(cmd))
+        log = self._log("redis", f"{self.label}-redis", " ".join(cmd))
         self.redis_proc = subprocess.Popen(["ip", "netns", "exec", self.redis_ns, *cmd], stdout=log,
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         proc = self.redis_proc
@@ -476,7 +479,7 @@ class Cluster:
         return f"ws://{node_addr(i)}:{NODE_PORT}/ws"
 
     def log_path(self, i: int) -> Path:
-        return ARTIFACTS / f"cluster-n{i}.log"
+        return ARTIFACTS / f"{self.label}-n{i}.log"
 
     def env_for(self, i: int, *, cluster: bool = True) -> dict[str, str]:
         """The MINATO_* variables of node i: listen and media address, the admin secret and
@@ -520,7 +523,7 @@ class Cluster:
         self.node_env[i] = env
         cmd = [str(binary), "serve", "--log-level", "debug"]
         shown = "".join(f"{k}={v} " for k, v in sorted(env.items()))
-        log = self._log(i, f"cluster-n{i}", f"ip netns exec {self.node_ns[i]} {shown}{' '.join(cmd)}")
+        log = self._log(i, f"{self.label}-n{i}", f"ip netns exec {self.node_ns[i]} {shown}{' '.join(cmd)}")
         base = {k: v for k, v in os.environ.items() if not k.startswith("MINATO_")}
         proc = subprocess.Popen(["ip", "netns", "exec", self.node_ns[i], *cmd], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,

@@ -20,7 +20,7 @@ NODES = (1, 2)
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES))
+    c = Cluster(len(NODES), label="cluster-auth")
     c.start()
     try:
         with aioice_addresses([CLIENT_ADDR]):

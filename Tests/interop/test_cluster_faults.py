@@ -45,7 +45,7 @@ FIGURES: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES))
+    c = Cluster(len(NODES), label="cluster-faults")
     c.start()
     try:
         with aioice_addresses([CLIENT_ADDR]):
@@ -199,6 +199,9 @@ def test_redis_restart_during_a_call(cluster):
             figure("redis_back_to_reclaimed_s", round(time.monotonic() - t1, 2))
             after = (await measure_window(video, [sink], window=3.0))["B-video"]
             figure("redis_restart_decoded_sent", {"before": before, "during": during, "after": after})
+            # The nodes re-registering one after the other is no node failure: nobody heard one.
+            closed = [e for m in (a, b) for e in m.conn.events if e.get("type") == "closed"]
+            assert not closed, f"a room was reported closed across the Redis restart: {closed}"
             for label, (dec, sent) in (("before", before), ("during", during), ("after", after)):
                 assert sent >= 60 and dec >= 0.9 * sent, f"B decoded {dec}/{sent} frames {label} the Redis restart"
             await probe.close()
@@ -224,10 +227,17 @@ def test_partition_and_heal_leaves_one_copy(cluster):
         local = await Member.join(c.ws_url(3), rid, "local")   # socket and room on n3
         try:
             c.cut_redis(3)
-            # n3's lease lapses: the others stop listing it and reap its room.
+            # n3 itself notices (its renewals time out) ...
+            def n3_cut_off() -> bool:
+                r = request("GET", c.node_url(3) + "/readyz")
+                return r.status == 503 and "cluster store unreachable" in r.text
+            await in_thread(wait_until, n3_cut_off, 10, "n3's /readyz to say the cluster store is unreachable",
+                            interval=0.1, state=lambda: (c.cut_counters(3), request("GET", c.node_url(3) + "/readyz")))
+            # ... and its lease lapses: the others stop listing it and reap its room.
             for i in (1, 2):
                 await in_thread(wait_until, lambda i=i: live_node_ids(c, i) == {"n1", "n2"}, 15,
                                 f"n{i} to see n3's lease lapse", interval=0.1)
+            assert await in_thread(n3_cut_off), "n3 reached the cluster store again while cut off from it"
             conn = await Connection(c.ws_url(1), "foc").connect()
             other = (await conn.call("findOrCreateRoom", {"name": name}))["room"]
             assert other["id"] != rid and host_index(other["id"]) in (1, 2), \

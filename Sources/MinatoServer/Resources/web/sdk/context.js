@@ -1,7 +1,7 @@
 // Minato browser SDK: MinatoContext, the connection to a server (entry point: minato.js).
 // Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
 
-import { MinatoError, MinatoEvent, defaultUrl } from './core.js';
+import { MinatoError, MinatoEvent, defaultUrl, sleep } from './core.js';
 import { SFURoom } from './room.js';
 import { Signaling } from './signaling.js';
 
@@ -14,10 +14,14 @@ import { Signaling } from './signaling.js';
 export class MinatoContext {
   /**
    * Connects to the server.
-   * @param {{token?: string, url?: string, requestTimeoutMs?: number, reconnect?: boolean,
+   * @param {{token?: string, url?: string, urls?: string[], requestTimeoutMs?: number, reconnect?: boolean,
    *   reconnectDelayMs?: number, maxReconnectDelayMs?: number, leaveOnPageHide?: boolean,
-   *   iceServers?: RTCIceServer[], debug?: boolean}} [options]
-   *   `url` defaults to this page's origin + `/ws`; `token` is sent as `?token=`.
+   *   iceServers?: RTCIceServer[], rejoin?: boolean, rejoinTimeoutMs?: number, resubscribeWaitMs?: number,
+   *   debug?: boolean}} [options]
+   *   `url` defaults to this page's origin + `/ws`; `urls` lists several servers (the nodes of a
+   *   cluster), tried in that order, the first one first; `token` is sent as `?token=`.
+   *   `rejoin` (default true): when a joined room is lost (its node failed), find or create it
+   *   again by name and rejoin, re-publish and re-subscribe (SFURoom.onReconnecting / onReconnected).
    * @returns {Promise<MinatoContext>}
    */
   static async create(options = {}) {
@@ -29,10 +33,11 @@ export class MinatoContext {
 
   /** @param {any} options @private */
   constructor(options) {
-    let url = options.url || defaultUrl();
-    if (options.token) url += (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(options.token);
-    /** @type {string} */
-    this.url = url;
+    const given = options.urls && options.urls.length ? options.urls : [options.url || defaultUrl()];
+    const urls = given.map((url) => (options.token
+      ? url + (url.includes('?') ? '&' : '?') + 'token=' + encodeURIComponent(options.token) : url));
+    /** The server URLs, in the order they are tried. @type {string[]} */
+    this.urls = urls;
     this.options = {
       requestTimeoutMs: options.requestTimeoutMs ?? 20000,
       reconnect: options.reconnect ?? true,
@@ -40,11 +45,14 @@ export class MinatoContext {
       maxReconnectDelayMs: options.maxReconnectDelayMs ?? 5000,
       leaveOnPageHide: options.leaveOnPageHide ?? true,
       iceServers: options.iceServers ?? [],
+      rejoin: options.rejoin ?? true,
+      rejoinTimeoutMs: options.rejoinTimeoutMs ?? 60000,
+      resubscribeWaitMs: options.resubscribeWaitMs ?? 10000,
       debug: !!options.debug,
     };
     const log = this.options.debug ? (...a) => console.debug('[minato]', ...a) : () => {};
     this._log = log;
-    this._signaling = new Signaling(url, { ...this.options, log });
+    this._signaling = new Signaling(urls, { ...this.options, log });
     /** @type {Map<string, SFURoom>} */
     this._rooms = new Map();
     /** @type {Map<string, LocalSFURoomMember>} */
@@ -70,6 +78,9 @@ export class MinatoContext {
 
   /** @returns {ConnectionState} */
   get connectionState() { return this._signaling.state; }
+
+  /** The server URL in use (one of `urls`). @type {string} */
+  get url() { return this._signaling.url; }
 
   /**
    * Lists the rooms on the server.
@@ -142,14 +153,35 @@ export class MinatoContext {
   }
 
   /**
+   * Sends a request of the resync again while the server answers `serviceUnavailable` (in a
+   * cluster: the node hosting the room is unreachable and its lease has not lapsed yet; after
+   * that the answer is final), backing off, for at most `requestTimeoutMs`.
+   * @param {string} method @param {object} params
+   */
+  async _resyncRequest(method, params) {
+    const deadline = Date.now() + this.options.requestTimeoutMs;
+    let delay = this.options.reconnectDelayMs;
+    for (;;) {
+      try {
+        return await this._signaling.request(method, params, { immediate: true });
+      } catch (e) {
+        if (!(e instanceof MinatoError && e.name === 'serviceUnavailable') || Date.now() + delay > deadline) throw e;
+      }
+      await sleep(delay);
+      delay = Math.min(delay * 2, 2000);
+    }
+  }
+
+  /**
    * After a reconnect: take each member over (`keepalive` with its reconnectSecret), then replay
-   * each room's missed events.
+   * each room's missed events. A member the server no longer knows, whose leaving the replay
+   * does not explain (its room is gone: its node failed), is rejoined (SFURoom._rejoin).
    */
   async _resync() {
     for (const m of [...this._localMembers.values()]) {
       if (m._left) continue;
       try {
-        await this._signaling.request('keepalive', m._keepaliveParams(), { immediate: true });
+        await this._resyncRequest('keepalive', m._keepaliveParams());
       } catch (e) {
         if (e instanceof MinatoError && (e.name === 'memberNotFound' || e.name === 'notJoined')) {
           m._lostReason = 'keepaliveExpired';
@@ -172,6 +204,10 @@ export class MinatoContext {
         // Still in the room on the server (until its keepalive gap ends and memberLeft comes),
         // but no longer this page's: stop acting as it, keep it in the member list.
         m._teardown(m._lostReason);
+      } else if (m.room._canRejoin('memberLost')) {
+        // Not started here: the rejoin's requests then go out once the connection counts as
+        // connected again, and its waiting (for publishers to come back) holds up nothing.
+        setTimeout(() => m.room._rejoin('memberLost'), 0);
       } else {
         m.room._removeMemberLocally(m.id, m._lostReason);
       }

@@ -137,6 +137,19 @@ export class SerialQueue {
   }
 }
 
+/** @param {number} ms @returns {Promise<void>} */
+export function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
+
+/**
+ * Whether a failed request may succeed when sent again shortly: the server said
+ * `serviceUnavailable` (in a cluster: the node that hosts the room cannot be reached yet), or
+ * the request never got an answer (`timeout`, `connectionLost`).
+ * @param {any} e
+ */
+export function isRetryable(e) {
+  return e instanceof MinatoError && ['serviceUnavailable', 'timeout', 'connectionLost'].includes(e.name);
+}
+
 export function defaultUrl() {
   if (typeof location === 'undefined' || !location.host) {
     throw new MinatoError('invalidParameter', 'no page origin: pass { url: "ws://host:port/ws" }');

@@ -56,7 +56,9 @@ export class LocalSFURoomMember extends RoomMember {
 
   /**
    * @param {SFURoom} room @param {MemberJSON} json
-   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string}} opts
+   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string, joinParams?: object, password?: string}} opts
+   *   `joinParams`, `password`: what `join` sent (without the room id), to join again the same way
+   *   after the room was lost.
    */
   constructor(room, json, opts) {
     super(room, json);
@@ -64,6 +66,8 @@ export class LocalSFURoomMember extends RoomMember {
     this.side = 'local';
     this.context = room.context;
     this._keepaliveIntervalSec = opts.keepaliveIntervalSec;
+    this._joinParams = opts.joinParams || {};
+    this._password = opts.password;
     this._left = false;
     this._lostReason = null;
     /** @type {RTCPeerConnection|null} */
@@ -74,10 +78,14 @@ export class LocalSFURoomMember extends RoomMember {
     this._recvQueue = new SerialQueue();
     this._keepaliveTimer = null;
     this._endOfCandidatesSent = { send: false, recv: false };
-    /** @type {Map<string, {transceiver: RTCRtpTransceiver, stream: LocalStream}>} publication id → sender */
+    /** Counts the rejoins: work queued for the connections of an earlier room is dropped. */
+    this._generation = 0;
+    /** @type {Map<string, {transceiver: RTCRtpTransceiver, stream: LocalStream, options: object}>} publication id → sender */
     this._senders = new Map();
     /** @type {Map<string, RemoteStream>} subscription id → stream */
     this._streams = new Map();
+    /** @type {Map<string, Promise<{subscription: RoomSubscription, stream: RemoteStream}>>} publication id → subscribe in flight */
+    this._subscribing = new Map();
     /** The number of server offers this member answered. */
     this.answeredOffers = 0;
     /** Fires once when this member is no longer in the room; `reason` is the server's
@@ -92,6 +100,10 @@ export class LocalSFURoomMember extends RoomMember {
     this.onPublicationListChanged = new MinatoEvent();
     /** @type {MinatoEvent<{subscription: RoomSubscription}>} */
     this.onSubscriptionListChanged = new MinatoEvent();
+    /** Fires with each subscription this member made and its received stream: after `subscribe`,
+     * and after a rejoin for each subscription the SDK made again (a new stream: show it in place
+     * of the old one, which ended). @type {MinatoEvent<{subscription: RoomSubscription, stream: RemoteStream}>} */
+    this.onStreamSubscribed = new MinatoEvent();
   }
 
   /** The send RTCPeerConnection (null before the first publish). */
@@ -114,11 +126,16 @@ export class LocalSFURoomMember extends RoomMember {
     const periodMs = Math.max(1000, Math.min(this._keepaliveIntervalSec * 1000 / 3, 10000));
     this._keepaliveTimer = setInterval(async () => {
       if (this._left || !this.context._signaling.isOpen) return;
+      const id = this.id;
       try {
         await this.context._request('keepalive', this._keepaliveParams(), { timeoutMs: periodMs * 2 });
       } catch (e) {
-        if (e instanceof MinatoError && e.name === 'memberNotFound' && !this._left) {
-          this.room._removeMemberLocally(this.id, 'keepaliveExpired');
+        // Gone without a memberLeft (that would have come first on this socket): in a cluster,
+        // the node that hosted the room failed. The answer may concern an id this member had
+        // before a rejoin.
+        if (e instanceof MinatoError && e.name === 'memberNotFound' && !this._left && id === this.id) {
+          if (this.room._canRejoin('memberLost')) this.room._rejoin('memberLost');
+          else this.room._removeMemberLocally(this.id, 'keepaliveExpired');
         }
       }
     }, periodMs);
@@ -170,10 +187,12 @@ export class LocalSFURoomMember extends RoomMember {
       bundlePolicy: 'max-bundle',
       rtcpMuxPolicy: 'require',
     });
-    pc.addEventListener('icecandidate', (ev) => this._sendCandidate(direction, ev.candidate));
+    // A rejoin replaces both connections: what an old one still reports is ignored.
+    const current = () => pc === (direction === 'send' ? this._sendPc : this._recvPc);
+    pc.addEventListener('icecandidate', (ev) => { if (current()) this._sendCandidate(direction, ev.candidate); });
     pc.addEventListener('connectionstatechange', () => {
       this.context._log(direction, 'connection', pc.connectionState);
-      if (pc.connectionState === 'failed' && !this._left) {
+      if (pc.connectionState === 'failed' && !this._left && current()) {
         this.onFatalError.emit(new MinatoError('mediaError', `the ${direction} connection failed (ICE/DTLS)`));
       }
     });
@@ -215,6 +234,17 @@ export class LocalSFURoomMember extends RoomMember {
       throw new MinatoError('invalidParameter', 'publish needs a MediaStreamTrack (or a stream with .track)', { method: 'publish' });
     }
     const stream = source instanceof LocalStream ? source : new LocalStream(track);
+    return this._publish(stream, options, null);
+  }
+
+  /**
+   * @param {LocalStream} stream @param {object} options (as `publish`)
+   * @param {RoomPublication|null} previous after a rejoin: the publication object this one
+   *   continues, which takes the new publication's id
+   * @returns {Promise<RoomPublication>}
+   */
+  _publish(stream, options, previous) {
+    const track = stream.track;
     return this._sendQueue.run(async () => {
       this._checkJoined('publish');
       if (!this._sendPc) this._sendPc = this._newPc('send');
@@ -258,9 +288,10 @@ export class LocalSFURoomMember extends RoomMember {
         try {
           await pc.setRemoteDescription(r.answer);
         } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
-        const publication = this.room._upsertPublication(r.publication);
+        const publication = previous ? this.room._continuePublication(previous, r.publication)
+          : this.room._upsertPublication(r.publication);
         publication._local = { transceiver, stream, member: this };
-        this._senders.set(publication.id, { transceiver, stream });
+        this._senders.set(publication.id, { transceiver, stream, options });
         return publication;
       } catch (e) {
         if (!published) {
@@ -319,6 +350,26 @@ export class LocalSFURoomMember extends RoomMember {
   async subscribe(publicationId, options = {}) {
     this._checkJoined('subscribe');
     const id = typeof publicationId === 'string' ? publicationId : publicationId.id;
+    // One subscribe per publication at a time: a second call while one is out (the application's
+    // own and the SDK's after a rejoin, say) gets the same result instead of a second request.
+    const inFlight = this._subscribing.get(id);
+    if (inFlight) return inFlight;
+    const result = this._subscribe(id, options);
+    this._subscribing.set(id, result);
+    try {
+      const got = await result;
+      this.onStreamSubscribed.emit(got);
+      return got;
+    } finally {
+      if (this._subscribing.get(id) === result) this._subscribing.delete(id);
+    }
+  }
+
+  /**
+   * @param {string} id @param {{preferredEncodingId?: string}} options
+   * @returns {Promise<{subscription: RoomSubscription, stream: RemoteStream}>}
+   */
+  async _subscribe(id, options) {
     const params = { memberId: this.id, publicationId: id };
     if (options.preferredEncodingId !== undefined) params.preferredEncodingId = options.preferredEncodingId;
     // What this browser decodes: the server refuses a publication in any other codec with
@@ -361,8 +412,10 @@ export class LocalSFURoomMember extends RoomMember {
    * @returns {Promise<void>}
    */
   _onServerOffer(offer, why) {
+    const generation = this._generation;
     return this._recvQueue.run(async () => {
-      if (this._left) return;
+      // An offer for the connection a rejoin replaced is for a room that is gone.
+      if (this._left || generation !== this._generation) return;
       if (!this._recvPc) this._recvPc = this._newPc('recv');
       const pc = this._recvPc;
       try {
@@ -384,5 +437,72 @@ export class LocalSFURoomMember extends RoomMember {
       if (why !== 'notification') throw e;
       this.context._log('server offer failed', e);
     });
+  }
+
+  // ---- rejoining a lost room ----------------------------------------------------------------
+
+  /**
+   * What a rejoin restores for this member: how it joined (its name, and its metadata as it is
+   * now), what it published (the same LocalStream objects and options, with each publication's
+   * metadata and enabled state as they are now) and what it subscribed to, by publisher name,
+   * contentType and metadata (the publications it finds again have new ids).
+   */
+  _rejoinPlan() {
+    const publications = [];
+    for (const [id, sender] of this._senders) {
+      const publication = this.room._publications.get(id);
+      if (!publication) continue;
+      publications.push({ publication, stream: sender.stream,
+        options: { ...sender.options, metadata: publication.metadata, isEnabled: publication.state !== 'disabled' } });
+    }
+    const subscriptions = [];
+    for (const s of this.subscriptions) {
+      if (!this._streams.has(s.id)) continue;
+      const p = s.publication;
+      subscriptions.push({
+        publisherName: p && p.publisher ? p.publisher.name : null,
+        contentType: s.contentType,
+        metadata: p ? p.metadata : '',
+        options: s.preferredEncodingId !== undefined ? { preferredEncodingId: s.preferredEncodingId } : {},
+      });
+    }
+    return { member: this, join: { ...this._joinParams, metadata: this.metadata }, publications, subscriptions };
+  }
+
+  /**
+   * Lets go of everything the member had in a room that is gone, without a request: connections
+   * closed, keepalive stopped, received streams ended. The object stays joined (no onLeft) for
+   * its rejoin.
+   */
+  _suspend() {
+    this._generation += 1;
+    clearInterval(this._keepaliveTimer);
+    this._keepaliveTimer = null;
+    for (const pc of [this._sendPc, this._recvPc]) {
+      if (pc) { try { pc.close(); } catch (e) { /* closed */ } }
+    }
+    this._sendPc = null;
+    this._recvPc = null;
+    this._sendQueue = new SerialQueue();
+    this._recvQueue = new SerialQueue();
+    this._endOfCandidatesSent = { send: false, recv: false };
+    for (const s of this._streams.values()) s._ended();
+    this._streams.clear();
+    this._senders.clear();
+    this._subscribing.clear();
+    this._lostReason = null;
+    this.context._localMembers.delete(this.id);
+  }
+
+  /**
+   * Becomes the member a rejoin's `join` made: its id, name and metadata, and its reconnectSecret.
+   * @param {MemberJSON} json @param {string|undefined} reconnectSecret
+   */
+  _rejoined(json, reconnectSecret) {
+    this.id = json.id;
+    this._update(json);
+    this.#reconnectSecret = typeof reconnectSecret === 'string' ? reconnectSecret : undefined;
+    this.context._localMembers.set(this.id, this);
+    this._startKeepalive();
   }
 }

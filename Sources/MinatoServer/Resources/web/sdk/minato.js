@@ -15,6 +15,9 @@
 // over with `keepalive` (which carries the member's `reconnectSecret` from its join result: the
 // server lets no other connection take a member over without it) and each room replays the
 // events it missed with `subscribeRoomEvents`, page after page until `nextOffset` is null.
+// Given several server URLs (the nodes of a cluster), it reconnects to the next one when one
+// is gone, and a room lost with its node is found again by name and rejoined: its members join,
+// publish and subscribe again on their own (SFURoom.onReconnecting / onReconnected).
 //
 // The SDK is a set of ES modules next to this file, loaded by the browser as they are (no
 // build step); this entry point re-exports the public API:

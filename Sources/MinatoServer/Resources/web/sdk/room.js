@@ -1,7 +1,7 @@
 // Minato browser SDK: SFURoom, a room and the state its events describe (entry point: minato.js).
 // Types: the JSDoc typedefs (RoomJSON, MemberJSON, …) are in minato.js.
 
-import { MinatoError, MinatoEvent, NAME_RE } from './core.js';
+import { MinatoError, MinatoEvent, NAME_RE, isRetryable, sleep } from './core.js';
 import { LocalSFURoomMember, RemoteRoomMember } from './member.js';
 import { RoomPublication, RoomSubscription } from './publication.js';
 
@@ -86,6 +86,8 @@ export class SFURoom {
     this._password = undefined;
     /** @type {RoomEventJSON[]|null} live events held back while a replay is running */
     this._held = null;
+    /** True from the moment the room was found lost until its members have joined it again. */
+    this._rejoining = false;
 
     /** @type {MinatoEvent<{member: RoomMember}>} */ this.onMemberJoined = new MinatoEvent();
     /** @type {MinatoEvent<{member: RoomMember, reason: string}>} */ this.onMemberLeft = new MinatoEvent();
@@ -102,6 +104,14 @@ export class SFURoom {
     /** @type {MinatoEvent<{}>} */ this.onSubscriptionListChanged = new MinatoEvent();
     /** @type {MinatoEvent<{metadata: string}>} */ this.onMetadataUpdated = new MinatoEvent();
     /** @type {MinatoEvent<{}>} */ this.onClosed = new MinatoEvent();
+    /** The room was lost while members of this context were in it (`nodeFailed`: its node failed;
+     * `memberLost`: after a reconnect the server no longer knew the member and the room) and is
+     * being joined again. @type {MinatoEvent<{reason: 'nodeFailed'|'memberLost'}>} */
+    this.onReconnecting = new MinatoEvent();
+    /** The rejoin is complete: the members joined again, re-published, and re-subscribed to what
+     * came back; `missing` lists subscriptions whose publisher did not publish again in time.
+     * @type {MinatoEvent<{reason: 'nodeFailed'|'memberLost', missing: {publisherName: (string|null), contentType: string}[]}>} */
+    this.onReconnected = new MinatoEvent();
     /** Every room event as received (raw protocol JSON), after it was applied. @type {MinatoEvent<RoomEventJSON>} */
     this.onEvent = new MinatoEvent();
 
@@ -130,16 +140,21 @@ export class SFURoom {
     if (init.name !== undefined && !NAME_RE.test(init.name)) {
       throw new MinatoError('invalidParameter', `member name must match ${NAME_RE}`, { method: 'join' });
     }
-    const params = { roomId: this.id };
-    for (const k of ['name', 'metadata', 'keepaliveIntervalSec', 'keepaliveIntervalGapSec', 'replace', 'type']) {
-      if (init[k] !== undefined) params[k] = init[k];
+    // What a rejoin sends again (with the new room's id and replace:true).
+    const joinParams = {};
+    for (const k of ['name', 'metadata', 'keepaliveIntervalSec', 'keepaliveIntervalGapSec', 'type']) {
+      if (init[k] !== undefined) joinParams[k] = init[k];
     }
+    const params = { roomId: this.id, ...joinParams };
+    if (init.replace !== undefined) params.replace = init.replace;
     const password = init.password !== undefined ? init.password : this._password;
     if (password !== undefined && password !== '') params.password = password;
     const r = await this.context._request('join', params);
     const member = new LocalSFURoomMember(this, r.member, {
       keepaliveIntervalSec: init.keepaliveIntervalSec ?? 30,
       reconnectSecret: r.reconnectSecret,
+      joinParams,
+      password: params.password,
     });
     this._members.set(member.id, member);
     this.context._localMembers.set(member.id, member);
@@ -263,16 +278,18 @@ export class SFURoom {
 
   /** After a reconnect: the events after our version, then the live ones held meanwhile. */
   async _replay() {
-    if (this.state === 'closed') return;
+    // A rejoin that is under way asks for the events of the room it finds itself.
+    if (this.state === 'closed' || this._rejoining) return;
     this._held = [];
     try {
-      const replayed = await this._fetchEvents((params) =>
-        this.context._signaling.request('subscribeRoomEvents', params, { immediate: true }));
+      const replayed = await this._fetchEvents((params) => this.context._resyncRequest('subscribeRoomEvents', params));
       this.context.replayedEvents += replayed;
     } catch (e) {
       if (e instanceof MinatoError && e.name === 'roomNotFound') {
         this._held = null;
-        this._closedLocally();
+        // Not started here (the resync is still running): see MinatoContext._resync.
+        if (this._canRejoin('memberLost')) setTimeout(() => this._rejoin('memberLost'), 0);
+        else this._closedLocally();
         return;
       }
       throw e;
@@ -405,7 +422,8 @@ export class SFURoom {
         this.onMetadataUpdated.emit({ metadata: this.metadata });
         break;
       case 'closed':
-        this._closedLocally();
+        if (ev.reason === 'nodeFailed' && this._canRejoin('nodeFailed')) this._rejoin('nodeFailed');
+        else this._closedLocally(ev.reason === 'nodeFailed' ? 'nodeFailed' : 'roomClosed');
         break;
       default:
         this.context._log('unknown room event', ev);
@@ -454,11 +472,238 @@ export class SFURoom {
     this.onMemberListChanged.emit({});
   }
 
-  _closedLocally() {
+  /**
+   * The room closed: its members leave with `reason` (`roomClosed`, or `nodeFailed` for a room
+   * lost with its node that could not be rejoined: local members then also get onFatalError).
+   * @param {string} [reason]
+   */
+  _closedLocally(reason = 'roomClosed') {
     if (this.state === 'closed') return;
-    for (const m of this.members) this._removeMemberLocally(m.id, 'roomClosed');
+    for (const m of this.members) this._removeMemberLocally(m.id, reason);
     this.state = 'closed';
     this.context._rooms.delete(this.id);
     this.onClosed.emit({});
+  }
+
+  // ---- rejoining a lost room ----------------------------------------------------------------
+
+  /**
+   * Whether the room can be joined again after it was lost: rejoining is on, the room has a name
+   * to find it by, and members of this context are in it (a room that is only followed is not
+   * made again). `memberLost` (the server no longer knew the member after a reconnect) counts
+   * only in a cluster, whose ids start with the id of the node that made them and a dot: on a
+   * single server it means the room was closed while the socket was away, as before.
+   * @param {'nodeFailed'|'memberLost'} reason
+   */
+  _canRejoin(reason) {
+    const ctx = this.context;
+    if (!ctx.options.rejoin || ctx.disposed || this.state === 'closed' || this.name === null) return false;
+    if (reason === 'memberLost' && !/^[^.]+\./.test(this.id)) return false;
+    return this._rejoining || [...ctx._localMembers.values()].some((m) => m.room === this && !m._left);
+  }
+
+  /**
+   * The room is gone while members of this context were in it: find or create it again by name
+   * (`findOrCreateRoom`), join each member again under its name and metadata (`replace`, so that
+   * a join whose answer was lost cannot block the next attempt), re-publish what it published,
+   * then re-subscribe to the same publishers' streams as they come back. `serviceUnavailable`
+   * and the like are retried with backoff for `rejoinTimeoutMs`; after that, or on any other
+   * error, the room closes as any room does (members get onLeft and onFatalError). The SFURoom,
+   * LocalSFURoomMember and local RoomPublication objects stay the same objects and take the new
+   * ids; subscriptions and received streams are new (LocalSFURoomMember.onStreamSubscribed).
+   * @param {'nodeFailed'|'memberLost'} reason
+   */
+  async _rejoin(reason) {
+    if (this._rejoining || this.state === 'closed') return;
+    this._rejoining = true;
+    const ctx = this.context;
+    const members = [...ctx._localMembers.values()].filter((m) => m.room === this && !m._left);
+    const plans = members.map((m) => m._rejoinPlan());
+    ctx._rooms.delete(this.id);
+    for (const m of members) m._suspend();
+    this._dropState(members, reason);
+    this.onReconnecting.emit({ reason });
+    const started = Date.now();
+    let delay = ctx.options.reconnectDelayMs;
+    for (;;) {
+      try {
+        await this._joinAgain(plans);
+        break;
+      } catch (e) {
+        if (ctx.disposed) return;
+        // The room found may be on a node that is failing too, or the socket dropped: again.
+        const again = isRetryable(e) || (e instanceof MinatoError
+          && ['roomNotFound', 'memberNotFound', 'publicationNotFound', 'roomClosed', 'notJoined'].includes(e.name));
+        ctx._log('rejoin attempt failed', e);
+        ctx._rooms.delete(this.id);
+        this._forgetState();
+        for (const m of members) m._suspend();
+        if (!again || Date.now() - started + delay > ctx.options.rejoinTimeoutMs) {
+          this._rejoining = false;
+          for (const m of members) m._teardown(reason);
+          this._closedLocally(reason);
+          return;
+        }
+        await sleep(delay);
+        delay = Math.min(delay * 2, ctx.options.maxReconnectDelayMs);
+      }
+    }
+    this._rejoining = false;
+    const missing = await this._resubscribe(plans);
+    this.onReconnected.emit({ reason, missing });
+  }
+
+  /**
+   * Empties the room's state for a rejoin: subscriptions end (their streams end and leave their
+   * media elements), the other members' publications and the other members leave, with their
+   * events (`onMemberLeft` with the rejoin's reason); the rejoining members and their own
+   * publications are taken out quietly (the same objects come back with new ids).
+   * @param {LocalSFURoomMember[]} members
+   * @param {string} reason
+   */
+  _dropState(members, reason) {
+    for (const s of this.subscriptions) this._removeSubscription(s.id);
+    for (const p of this.publications) {
+      if (p._local && members.includes(p._local.member)) this._publications.delete(p.id);
+      else this._removePublication(p.id);
+    }
+    for (const m of this.members) {
+      if (members.includes(/** @type {any} */ (m))) this._members.delete(m.id);
+      else this._removeMemberLocally(m.id, reason);
+    }
+  }
+
+  /** Drops, without events, what a failed rejoin attempt loaded (the application never saw it). */
+  _forgetState() {
+    this._members.clear();
+    this._publications.clear();
+    this._subscriptions.clear();
+    this._held = null;
+  }
+
+  /**
+   * One rejoin attempt: find or create the room, follow its events (held until the members are
+   * back, so that their own publications are already the old objects when their
+   * streamPublished is applied), join and re-publish, then tell the application what the room
+   * held when it was found (onMemberJoined, onStreamPublished, onPublicationSubscribed) and
+   * apply the events since.
+   * @param {{member: LocalSFURoomMember, join: object, publications: any[]}[]} plans
+   */
+  async _joinAgain(plans) {
+    const ctx = this.context;
+    const params = { name: this.name };
+    if (this.metadata) params.metadata = this.metadata;
+    if (this._password !== undefined && this._password !== '') params.password = this._password;
+    const found = (await ctx._request('findOrCreateRoom', params)).room;
+    this.id = found.id;
+    this.version = found.version ?? 0;
+    ctx._rooms.set(this.id, this);
+    this._held = [];
+    let offset = this.version;
+    for (;;) {
+      const page = await ctx._request('subscribeRoomEvents', { roomId: this.id, offset });
+      if (this._held) this._held.push(...(page.events || []));
+      const next = page.nextOffset;
+      if (typeof next !== 'number' || next <= offset) break;
+      offset = next;
+    }
+    for (const plan of plans) {
+      const m = plan.member;
+      const join = { roomId: this.id, ...plan.join, replace: true };
+      if (m._password !== undefined) join.password = m._password;
+      const r = await ctx._request('join', join);
+      m._rejoined(r.member, r.reconnectSecret);
+      this._members.set(m.id, m);
+      for (const { publication, stream, options } of plan.publications) {
+        await m._publish(stream, options, publication);
+      }
+    }
+    this.metadata = found.metadata ?? '';
+    this.hasPassword = !!found.hasPassword;
+    for (const mj of found.members || []) {
+      if (this._members.has(mj.id)) continue;
+      const m = this._upsertMember(mj);
+      this.onMemberJoined.emit({ member: m });
+      this.onMemberListChanged.emit({});
+    }
+    for (const pj of found.publications || []) {
+      if (this._publications.has(pj.id)) continue;
+      const p = this._upsertPublication(pj);
+      this.onStreamPublished.emit({ publication: p });
+      this.onPublicationListChanged.emit({});
+    }
+    for (const sj of found.subscriptions || []) {
+      if (this._subscriptions.has(sj.id)) continue;
+      const s = this._upsertSubscription(sj);
+      this.onPublicationSubscribed.emit({ subscription: s });
+      this.onSubscriptionListChanged.emit({});
+    }
+    this._releaseHeld();
+  }
+
+  /**
+   * After a rejoin, `previous` (a publication of a member of this page, before) becomes the
+   * publication `json` that re-published it: same object, new id.
+   * @param {RoomPublication} previous @param {PublicationJSON} json @returns {RoomPublication}
+   */
+  _continuePublication(previous, json) {
+    previous.id = json.id;
+    previous.publisherId = json.publisherId;
+    previous._update(json);
+    this._publications.set(previous.id, previous);
+    return previous;
+  }
+
+  /**
+   * Subscribes each rejoined member again to what it subscribed to before: for each, the
+   * publication of the publisher of the same name with the same contentType (and metadata, when
+   * it had some), in the room now or once it is published, within `resubscribeWaitMs`.
+   * @param {{member: LocalSFURoomMember, subscriptions: any[]}[]} plans
+   * @returns {Promise<{publisherName: (string|null), contentType: string}[]>} what did not come back
+   */
+  async _resubscribe(plans) {
+    const ctx = this.context;
+    const deadline = Date.now() + ctx.options.resubscribeWaitMs;
+    const roomId = this.id;
+    const missing = [];
+    await Promise.all(plans.map(async ({ member, subscriptions }) => {
+      const taken = new Set();
+      const matches = (want, p) => !taken.has(p.id) && p.publisherId !== member.id && p.state !== 'canceled'
+        && p.contentType === want.contentType && !!p.publisher && p.publisher.name === want.publisherName
+        && (!want.metadata || p.metadata === want.metadata);
+      await Promise.all(subscriptions.map(async (want) => {
+        for (;;) {
+          // Stop when the room was lost again (a new rejoin takes over) or the member left.
+          if (this.id !== roomId || member._left) return;
+          let p = want.publisherName === null ? undefined : this.publications.find((x) => matches(want, x));
+          const left = deadline - Date.now();
+          if (!p && want.publisherName !== null && left > 0) {
+            p = await this.onStreamPublished.watch(({ publication }) => matches(want, publication), left)
+              .then(({ publication }) => publication, () => undefined);
+          }
+          if (!p || this.id !== roomId || member._left) {
+            if (this.id === roomId) missing.push({ publisherName: want.publisherName, contentType: want.contentType });
+            return;
+          }
+          taken.add(p.id);
+          // The application may have subscribed to it already (on onStreamPublished).
+          if (member.subscriptions.some((s) => s.publicationId === p.id)) return;
+          try {
+            await member.subscribe(p.id, want.options);
+            return;
+          } catch (e) {
+            if (e instanceof MinatoError && e.name === 'subscriptionAlreadyExists') return;
+            ctx._log('re-subscribe failed', e);
+            taken.delete(p.id);
+            if (!isRetryable(e) || Date.now() >= deadline) {
+              missing.push({ publisherName: want.publisherName, contentType: want.contentType });
+              return;
+            }
+            await sleep(ctx.options.reconnectDelayMs);
+          }
+        }
+      }));
+    }));
+    return missing;
   }
 }

@@ -8,12 +8,14 @@ import { MinatoError } from './core.js';
 
 export class Signaling {
   /**
-   * @param {string} url
+   * @param {string[]} urls the server's WebSocket URLs (several: nodes of a cluster); at least one
    * @param {{requestTimeoutMs: number, reconnect: boolean, reconnectDelayMs: number, maxReconnectDelayMs: number,
    *   log: (...a: any[]) => void}} options
    */
-  constructor(url, options) {
-    this.url = url;
+  constructor(urls, options) {
+    this.urls = urls;
+    /** The index in `urls` of the URL in use (or tried last). */
+    this.urlIndex = 0;
     this.options = options;
     /** @type {WebSocket|null} */
     this.ws = null;
@@ -35,11 +37,25 @@ export class Signaling {
     this.everOpened = false;
   }
 
-  /** Opens the first connection; rejects if it cannot. */
-  connect() {
-    return new Promise((resolve, reject) => {
-      this._open((ok, err) => (ok ? resolve(undefined) : reject(err)));
-    });
+  /** The URL in use (or tried last). */
+  get url() { return this.urls[this.urlIndex]; }
+
+  /** Opens the first connection, trying each URL once in the order given; rejects if none opens. */
+  async connect() {
+    let failure;
+    for (let i = 0; i < this.urls.length; i++) {
+      this.urlIndex = i;
+      try {
+        await new Promise((resolve, reject) => {
+          this._open((ok, err) => (ok ? resolve(undefined) : reject(err)));
+        });
+        return;
+      } catch (e) {
+        failure = e;
+        this.options.log('cannot connect', this.url, e);
+      }
+    }
+    throw failure;
   }
 
   /** @param {(ok: boolean, err?: any) => void} done */
@@ -85,9 +101,13 @@ export class Signaling {
     this._setState('reconnecting');
     const base = this.options.reconnectDelayMs;
     const delay = Math.min(this.options.maxReconnectDelayMs, base * 2 ** Math.min(this.reconnectAttempt, 6));
+    const attempt = this.reconnectAttempt;
     this.reconnectAttempt += 1;
     setTimeout(() => {
       if (this.disposed) return;
+      // The first attempt goes to the URL that was lost (a restart or a network blip), each later
+      // one to the next URL of the list, in turn (that server may be gone for good).
+      if (attempt > 0) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
       this._open(async (ok) => {
         if (!ok) { if (!this.disposed) this._scheduleReconnect(); return; }
         try {
