@@ -528,7 +528,7 @@ def markdown(out: dict) -> str:
              f"{' (' + meta['cpu'] + ')' if meta['cpu'] else ''}; commit {meta['commit']}.", ""]
     j = out.get("joins")
     if j:
-        lines += [f"## Join through the hosting node vs another node", "",
+        lines += ["## Join through the hosting node vs another node", "",
                   f"Room on {j['host']}, one VP8 publisher; {j['viaHost']['attempts']} joins through the host and "
                   f"{j['viaOther']['attempts']} through n2/n3, interleaved, {j['concurrency']} at a time "
                   f"({j['elapsedSec']} s).", "",

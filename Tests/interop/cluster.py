@@ -690,3 +690,29 @@ class Cluster:
         for i in sorted(self.procs):
             parts.append(self.tail(self.log_path(i), lines))
         return "\n".join(parts)
+
+
+# ---- one running cluster per test module ----------------------------------------------------------
+
+@contextlib.contextmanager
+def running_cluster(n: int = 3, *, label: str = "cluster", aioice: bool = True, **node_env: Optional[str]):
+    """Redis and nodes 1..n, each ready (/readyz), for a module's fixture; `node_env` are MINATO_*
+    variables for every node (see `start_node`), `label` names the logs. With `aioice`, aiortc
+    peers of this process gather on the client's address only. A cluster that does not come up
+    raises RuntimeError saying why (pytest shows it as the module's error); everything is removed
+    on exit."""
+    c = Cluster(n, label=label)
+    c.start()
+    try:
+        with aioice_addresses([CLIENT_ADDR]) if aioice else contextlib.nullcontext():
+            try:
+                c.start_redis()
+                for i in range(1, n + 1):
+                    c.start_node(i, **node_env)
+                for i in range(1, n + 1):
+                    c.wait_ready(i)
+            except WaitTimeout as e:
+                raise RuntimeError(f"the cluster did not start: {e}\n{c.describe()}") from None
+            yield c
+    finally:
+        c.stop()

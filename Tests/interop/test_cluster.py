@@ -27,7 +27,7 @@ from typing import Any, Optional
 import pytest
 from aiortc import RTCRtpSender, RTCSessionDescription
 
-from cluster import CLIENT_ADDR, Cluster, aioice_addresses, node_addr, request, sdp_candidate_addresses
+from cluster import Cluster, node_addr, request, running_cluster, sdp_candidate_addresses
 from media import SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Connection, Member, create_room, new_peer_connection, run_async, unique_name
 from waiting import WaitTimeout, await_until, wait_until
@@ -38,31 +38,12 @@ NODE_IDS = {f"n{i}": i for i in NODES}
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES))
-    try:
-        c.start()
-    except Exception as e:  # noqa: BLE001 - reported as the module's failure
-        pytest.fail(f"could not build the cluster's namespaces: {e}", pytrace=False)
-    try:
-        with aioice_addresses([CLIENT_ADDR]):
-            failed: Optional[str] = None
-            try:
-                c.start_redis()
-                for i in NODES:
-                    c.start_node(i)
-                for i in NODES:
-                    c.wait_ready(i)
-            except (RuntimeError, WaitTimeout) as e:
-                failed = str(e)
-            if failed is not None:
-                pytest.fail(f"the cluster did not start: {failed}", pytrace=False)
-            yield c
-            dead = [i for i in NODES if not c.alive(i)]
-            if dead:
-                pytest.fail(f"node(s) {['n%d' % i for i in dead]} died while the module ran\n{c.describe()}",
-                            pytrace=False)
-    finally:
-        c.stop()
+    with running_cluster(len(NODES)) as c:
+        yield c
+        dead = [i for i in NODES if not c.alive(i)]
+        if dead:
+            pytest.fail(f"node(s) {['n%d' % i for i in dead]} died while the module ran\n{c.describe()}",
+                        pytrace=False)
 
 
 def run(c: Cluster, coro: Any, timeout: float = 30) -> None:

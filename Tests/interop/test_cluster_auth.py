@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from admin_util import AUTH_SECRET, MEMBER_METHODS, ROOM_METHODS, mint, rule, with_token
-from cluster import CLIENT_ADDR, Cluster, aioice_addresses
+from cluster import running_cluster
 from minato_client import Connection, run_async, unique_name
 
 NODES = (1, 2)
@@ -20,18 +20,8 @@ NODES = (1, 2)
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES), label="cluster-auth")
-    c.start()
-    try:
-        with aioice_addresses([CLIENT_ADDR]):
-            c.start_redis()
-            for i in NODES:
-                c.start_node(i, MINATO_AUTH_SECRET=AUTH_SECRET)
-            for i in NODES:
-                c.wait_ready(i)
-            yield c
-    finally:
-        c.stop()
+    with running_cluster(len(NODES), label="cluster-auth", MINATO_AUTH_SECRET=AUTH_SECRET) as c:
+        yield c
 
 
 def error_name(reply: dict) -> Any:

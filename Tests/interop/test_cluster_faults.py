@@ -32,11 +32,11 @@ from typing import Any, Optional
 
 import pytest
 
-from cluster import (CLIENT_ADDR, Cluster, aioice_addresses, node_addr, request)
+from cluster import Cluster, node_addr, request, running_cluster
 from impair import nft_binary
 from media import SyntheticVideoTrack, VideoSink, measure_window
-from minato_client import Connection, Member, RpcError, create_room, run_async, unique_name
-from waiting import WaitTimeout, await_until, wait_until
+from minato_client import Connection, Member, create_room, run_async, unique_name
+from waiting import await_until, wait_until
 
 NODES = (1, 2, 3)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "interop"
@@ -45,18 +45,10 @@ FIGURES: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES), label="cluster-faults")
-    c.start()
     try:
-        with aioice_addresses([CLIENT_ADDR]):
-            c.start_redis()
-            for i in NODES:
-                c.start_node(i)
-            for i in NODES:
-                c.wait_ready(i)
+        with running_cluster(len(NODES), label="cluster-faults") as c:
             yield c
     finally:
-        c.stop()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "cluster-faults.json").write_text(json.dumps(FIGURES, indent=2))
 

@@ -34,10 +34,10 @@ import pytest
 
 import browser
 from browser import HARNESS_HTML, WEB_ROOT, PageLog, close_page, dump, wait_js
-from cluster import CLIENT_ADDR, NODE_PORT, Cluster, node_addr, request
+from cluster import CLIENT_ADDR, NODE_PORT, Cluster, node_addr, request, running_cluster
 from conftest import ARTIFACTS, REPO
 from minato_client import unique_name
-from waiting import WaitTimeout, wait_until
+from waiting import wait_until
 
 NODES = (1, 2, 3)
 NODE_IDS = {f"n{i}": i for i in NODES}
@@ -71,26 +71,8 @@ def chromium(pw):
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(len(NODES))
-    try:
-        c.start()
-    except Exception as e:  # noqa: BLE001 - reported as the module's failure
-        pytest.fail(f"could not build the cluster's namespaces: {e}", pytrace=False)
-    try:
-        failed: Optional[str] = None
-        try:
-            c.start_redis()
-            for i in NODES:
-                c.start_node(i, **NODE_ENV)
-            for i in NODES:
-                c.wait_ready(i)
-        except (RuntimeError, WaitTimeout) as e:
-            failed = str(e)
-        if failed is not None:
-            pytest.fail(f"the cluster did not start: {failed}", pytrace=False)
+    with running_cluster(len(NODES), label="cluster-rejoin", aioice=False, **NODE_ENV) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def restart(c: Cluster, i: int) -> None:
