@@ -88,7 +88,11 @@ struct WhipWhep: Sendable {
         let result = kind == .ingest ? try await rooms.ingest(r, from: channel) : try await rooms.egress(r, from: channel)
         var headers = HTTPFields()
         headers[.contentType] = "application/sdp"
-        headers[.location] = (kind == .ingest ? "/whip" : "/whep") + "/session/" + result.sessionId
+        // In a cluster the session URL is absolute (this node's cluster.advertiseUrl): a client
+        // that followed a 307 here from another node must send its PATCH and DELETE here too,
+        // and some resolve a relative Location against the URL they first asked (libsoup does).
+        headers[.location] = (cluster?.configuration.advertiseUrl ?? "") + (kind == .ingest ? "/whip" : "/whep")
+            + "/session/" + result.sessionId
         headers[.eTag] = result.etag
         if let link = Self.linkField {
             for server in iceServers { headers.append(HTTPField(name: link, value: "<\(server)>; rel=\"ice-server\"")) }

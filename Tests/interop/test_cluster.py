@@ -10,7 +10,8 @@
     listed exactly once by `GET /v1/rooms` on every node.
 (d) WHIP to a node that does not host the room: 307 to the host; the offer posted there
     publishes, and a subscriber through a node that does not host the room decodes it; WHEP
-    through a node that does not host the room is redirected to the host too.
+    through a node that does not host the room is redirected to the host too; Debian's
+    simple-whip-client follows the redirect, publishes, and trickles to and DELETEs on the host.
 (e) A member reconnecting through another node takes itself over with its reconnectSecret
     (not without it), keeps decoding, and gets the room's events on its new socket.
 
@@ -29,6 +30,7 @@ from aiortc import RTCRtpSender, RTCSessionDescription
 
 from cluster import Cluster, node_addr, request, running_cluster, sdp_candidate_addresses
 from media import SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window
+from whip_peers import WhipClient
 from minato_client import Connection, Member, create_room, new_peer_connection, run_async, unique_name
 from waiting import WaitTimeout, await_until, wait_until
 
@@ -263,6 +265,27 @@ async def whip_offer() -> tuple[Any, SyntheticVideoTrack]:
     return pc, video
 
 
+async def whip_client_follows_redirect(c: Cluster, room: str, host: int, other: int) -> None:
+    """Debian's simple-whip-client (libsoup) POSTed to a node that does not host the room follows
+    the 307, publishes on the host, and its trickle PATCHes and its DELETE reach the host too
+    (the session URL is absolute in a cluster: libsoup resolves a relative one against the URL it
+    first asked)."""
+    w = WhipClient(f"{c.node_url(other)}/whip/{room}?name=swc", name="cluster-whip-client", loopback_veth=False)
+    with w:
+        await w.wait_connected_async(20)
+        session = w.resource_url
+        assert session and session.startswith(c.node_url(host) + "/whip/session/"), \
+            f"simple-whip-client's session URL {session!r} is not on the host n{host}"
+
+        async def published() -> bool:
+            rooms = await rooms_on(c, other)
+            mine = [r for r in rooms if r.get("name") == room]
+            return bool(mine) and mine[0].get("publicationCount", 0) >= 2
+        await await_until(published, 10, f"simple-whip-client's two publications in {room}", interval=0.1)
+        assert not w.errors, f"simple-whip-client logged errors (a trickle PATCH that missed the host?): {w.errors}"
+    assert w.delete_ok, f"simple-whip-client's DELETE of {w.resource_url} failed:\n{w.log_text()[-1500:]}"
+
+
 def test_whip_redirects_to_host(cluster):
     c = cluster
 
@@ -322,6 +345,7 @@ def test_whip_redirects_to_host(cluster):
             d = await in_thread(request, "DELETE", session)
             assert d.status == 200, f"DELETE {session}: {d}"
             session = None
+            await whip_client_follows_redirect(c, name, host, other)
         finally:
             if sink:
                 sink.stop()

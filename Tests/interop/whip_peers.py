@@ -270,7 +270,10 @@ class WhipClient:
     def __init__(self, url: str, codec: str = "vp8", *, token: Optional[str] = None, trickle: bool = True,
                  name: str = "whip-client", log_dir: Path = ARTIFACTS, audio: bool = True, video: bool = True,
                  log_level: int = 5, video_pipeline: Optional[str] = None, audio_pipeline: Optional[str] = None,
-                 binary: str = "whip-client") -> None:
+                 binary: str = "whip-client", loopback_veth: bool = True) -> None:
+        """`loopback_veth`: give libnice a non-loopback interface holding 127.0.0.1 (needed in the
+        suite's lo-only namespace); False where the namespace has a routable interface already
+        (the cluster tests' client side)."""
         if codec not in VIDEO_PIPELINES and video_pipeline is None:
             raise ValueError(f"codec {codec!r}: one of {sorted(VIDEO_PIPELINES)} (or pass video_pipeline)")
         if not (audio or video):
@@ -290,6 +293,7 @@ class WhipClient:
         self.started_at: Optional[float] = None
         self._log = None
         self._veth = False
+        self._wants_veth = loopback_veth
 
     @property
     def command(self) -> list[str]:
@@ -308,8 +312,9 @@ class WhipClient:
         if shutil.which(self.binary) is None:
             raise RuntimeError(f"{self.binary} not found: apt-get install simple-whip-client (scripts/interop-setup.sh)")
         stub = gupnp_stub_dir()
-        LoopbackVeth.acquire()
-        self._veth = True
+        if self._wants_veth:
+            LoopbackVeth.acquire()
+            self._veth = True
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = str(stub) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
