@@ -48,6 +48,15 @@ public struct ClusterConfiguration: Sendable, Equatable {
         return isValidNodeId(node) ? node : nil
     }
 
+    /// The largest frame a node link carries: a client's frame (at most `server.maxFrameBytes`)
+    /// or one message to a client (a response or event; one larger than `server.maxOutgoingBytes`
+    /// would close the client's socket anyway), escaped as a JSON string inside the link's
+    /// envelope (at most twice as long: the text is valid JSON, so only `"` and `\` grow), plus
+    /// the envelope.
+    public static func linkMaxFrameBytes(maxFrameBytes: Int, maxOutgoingBytes: Int) -> Int {
+        2 * max(maxFrameBytes, maxOutgoingBytes) + 65536
+    }
+
     /// What is wrong with the keys in cluster mode, or nil when they can run.
     public func problem() -> String? {
         guard enabled else { return nil }

@@ -22,7 +22,8 @@ public actor ClusterNode {
     let store: any ClusterStore
     let rooms: RoomService
     public nonisolated let credentials: NodeLinkCredentials
-    let maxFrameBytes: Int
+    /// The largest node-link frame (`ClusterConfiguration.linkMaxFrameBytes`).
+    let linkMaxFrameBytes: Int
     private var record: NodeRecord
     /// The live nodes as of the last renewal (this one included while registered).
     private var live: [String: NodeRecord] = [:]
@@ -47,12 +48,12 @@ public actor ClusterNode {
     private var cpu = CpuSampler()
 
     public init(configuration: ClusterConfiguration, nodeId: String, store: any ClusterStore, rooms: RoomService,
-                maxFrameBytes: Int, logger: Logger) async {
+                linkMaxFrameBytes: Int, logger: Logger) async {
         self.configuration = configuration
         self.nodeId = nodeId
         self.store = store
         self.rooms = rooms
-        self.maxFrameBytes = maxFrameBytes
+        self.linkMaxFrameBytes = linkMaxFrameBytes
         self.logger = logger
         self.credentials = await NodeLinkCredentials(secret: configuration.secret, nodeId: nodeId)
         let now = Self.nowMs()
@@ -225,8 +226,12 @@ public actor ClusterNode {
         return .success(node)
     }
 
+    /// Lower is emptier. The load comes from other nodes' records in the store: every part is
+    /// clamped, so no record can make the sum overflow.
     private func score(_ n: NodeRecord) -> Int {
-        n.load.members + n.load.rooms + 4 * (placedSinceRefresh[n.id] ?? 0) + Int(n.load.cpuPercent / 10)
+        func clamp(_ v: Int) -> Int { min(max(v, 0), 1_000_000) }
+        let cpu = n.load.cpuPercent.isFinite ? Int(min(max(n.load.cpuPercent, 0), 100_000) / 10) : 0
+        return clamp(n.load.members) + clamp(n.load.rooms) + 4 * clamp(placedSinceRefresh[n.id] ?? 0) + cpu
     }
 
     /// The node holding room name `name`, if a room of that name is recorded.
@@ -258,7 +263,7 @@ public actor ClusterNode {
             + "/cluster/link"
         do {
             let credential = try await credentials.mint()
-            try await link.connect(url: wsUrl, credential: credential, maxFrameBytes: maxFrameBytes + 4096, logger: logger) { [weak self] reason in
+            try await link.connect(url: wsUrl, credential: credential, maxFrameBytes: linkMaxFrameBytes, logger: logger) { [weak self] reason in
                 Task { await self?.linkDown(node, link: link, reason: reason) }
             }
             Counter(label: "minato_cluster_links_opened_total").increment()
@@ -344,7 +349,7 @@ public actor ClusterNode {
                 ["id": .string(n.id), "url": .string(n.url), "state": .string(n.state.rawValue),
                  "load": ["rooms": .int(n.load.rooms), "members": .int(n.load.members), "transports": .int(n.load.transports),
                           "cpuPercent": .double(n.load.cpuPercent)],
-                 "leaseAgeMs": .int(Int(max(0, now - n.renewedAtMs))), "self": .bool(n.id == nodeId)]
+                 "leaseAgeMs": .int(Int(max(0, now &- n.renewedAtMs))), "self": .bool(n.id == nodeId)]
             })])
         } catch {
             return .failure(.serviceUnavailable("The cluster store is unreachable: \(error)."))

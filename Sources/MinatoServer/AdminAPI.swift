@@ -37,16 +37,18 @@ struct AdminAPI: Sendable {
         v1.get("/rooms") { r, _ in try await guarded(r) { try await listRooms() } }
         v1.get("/nodes") { r, _ in
             try await guarded(r) {
-                guard let cluster else { throw RoomError.invalidParameter("This server is not part of a cluster (cluster.redisUrl is empty).") }
+                guard let cluster else { throw Self.noCluster }
                 return try await cluster.nodesJSON().get()
             }
         }
         v1.post("/nodes/:nodeId/drain") { r, c in
             try await guarded(r) {
-                guard let cluster else { throw RoomError.invalidParameter("This server is not part of a cluster (cluster.redisUrl is empty).") }
+                guard let cluster else { throw Self.noCluster }
                 let node = try param(c, "nodeId")
                 guard node == cluster.nodeId else {
-                    guard let url = await cluster.url(of: node) else { throw RoomError.invalidParameter("No live node '\(node.prefix(40))' in the cluster.") }
+                    guard let url = await cluster.url(of: node) else {
+                        throw RoomError(code: 404, name: "notFound", detail: "No live node '\(node.prefix(40))' in the cluster.")
+                    }
                     throw AdminRedirect(location: url + r.uri.description)
                 }
                 drain(cluster)
@@ -121,6 +123,9 @@ struct AdminAPI: Sendable {
             return Response(status: .temporaryRedirect, headers: [.location: r.location])
         }
     }
+
+    /// `/v1/nodes` on a server that is not part of a cluster: there are no nodes to find.
+    static let noCluster = RoomError(code: 404, name: "notFound", detail: "This server is not part of a cluster (cluster.redisUrl is empty).")
 
     /// Every room: this node's, and in a cluster every other live node's, each with `nodeId`.
     func listRooms() async throws -> JSONValue {

@@ -66,7 +66,7 @@ public final class MinatoServer: Sendable {
                                               connectTimeoutMs: configuration.cluster.storeTimeoutMs,
                                               commandTimeoutMs: configuration.cluster.storeTimeoutMs)
             self.cluster = await ClusterNode(configuration: configuration.cluster, nodeId: nodeId, store: store, rooms: rooms,
-                                             maxFrameBytes: configuration.maxFrameBytes, logger: logger)
+                                             linkMaxFrameBytes: configuration.linkMaxFrameBytes, logger: logger)
         } else {
             self.cluster = nil
         }
@@ -129,6 +129,10 @@ public final class MinatoServer: Sendable {
 
         let wsRouter = Router(context: SignalingRequestContext.self)
         let maxMessage = configuration.maxFrameBytes
+        // Node links carry frames larger than a client's (ClusterConfiguration.linkMaxFrameBytes):
+        // in a cluster the WebSocket layer admits those, and serveConnection holds a client's
+        // messages to server.maxFrameBytes itself.
+        let maxWebSocketFrame = cluster == nil ? maxMessage : max(maxMessage, configuration.linkMaxFrameBytes)
         wsRouter.ws("/ws") { [self] inbound, outbound, context in
             let token = context.request.uri.queryParameters["token"].map(String.init)
             try await self.serveConnection(inbound: inbound, outbound: outbound, socket: context.requestContext.channel, token: token)
@@ -136,7 +140,7 @@ public final class MinatoServer: Sendable {
         if let cluster {
             // Node-to-node links: only a node presenting a credential signed with cluster.secret.
             let host = NodeLinkHost(rooms: rooms, nodeId: cluster.nodeId, maxInFlight: configuration.maxInFlightRequests,
-                                    maxOutgoing: configuration.maxOutgoingBytes * 16, maxFrameBytes: maxMessage + 4096,
+                                    maxOutgoing: configuration.maxOutgoingBytes * 16, maxFrameBytes: configuration.linkMaxFrameBytes,
                                     nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue },
                                     logger: logger)
             let credentials = cluster.credentials
@@ -169,7 +173,7 @@ public final class MinatoServer: Sendable {
                 inner: HTTP1WebSocketUpgradeChannel(
                     responder: responder, webSocketResponder: wsResponder,
                     configuration: .init(http1: .init(idleTimeout: idleTimeout),
-                                         ws: .init(maxFrameSize: maxMessage, autoPing: .enabled(timePeriod: .seconds(20))))),
+                                         ws: .init(maxFrameSize: maxWebSocketFrame, autoPing: .enabled(timePeriod: .seconds(20))))),
                 gate: gate, origins: origins, firstRequestTimeout: idleTimeout)
         }
         let app = Application(
@@ -309,6 +313,12 @@ public final class MinatoServer: Sendable {
             do {
                 for try await message in inbound.messages(maxSize: configuration.maxFrameBytes) {
                     if budget.overflowed.load(ordering: .relaxed) { break }
+                    if case .text(let text) = message, text.utf8.count > configuration.maxFrameBytes {
+                        // Only reachable in a cluster (see maxWebSocketFrame): the same close as
+                        // the WebSocket layer's on a single node.
+                        continuation.yield(.close(1009, "message too big: over server.maxFrameBytes"))
+                        break
+                    }
                     switch message {
                     case .text(let text):
                         switch JsonRpcRequest.parse(text) {

@@ -100,6 +100,11 @@ public struct ServerConfiguration: Sendable {
 
     public init() {}
 
+    /// The largest node-link frame in a cluster (see `ClusterConfiguration.linkMaxFrameBytes`).
+    public var linkMaxFrameBytes: Int {
+        ClusterConfiguration.linkMaxFrameBytes(maxFrameBytes: maxFrameBytes, maxOutgoingBytes: maxOutgoingBytes)
+    }
+
     /// The server listens on a loopback address only (then the admin API may be open without a secret).
     public var listensOnLoopbackOnly: Bool { ["127.0.0.1", "::1", "localhost"].contains(host) || host.hasPrefix("127.") }
 

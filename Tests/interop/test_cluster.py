@@ -14,6 +14,8 @@
     simple-whip-client follows the redirect, publishes, and trickles to and DELETEs on the host.
 (e) A member reconnecting through another node takes itself over with its reconnectSecret
     (not without it), keeps decoding, and gets the room's events on its new socket.
+(f) Large frames (a 250 KB request, a 650 KB answer once escaped) cross the node link; a frame
+    over server.maxFrameBytes closes only its own socket (1009).
 
 One cluster for the module (Redis + n1..n3 in their namespaces, logs in
 artifacts/interop/cluster-*.log). A failing test prints each process's state and log tail.
@@ -21,6 +23,7 @@ artifacts/interop/cluster-*.log). A failing test prints each process's state and
 from __future__ import annotations
 
 import asyncio
+import json
 import collections
 import urllib.parse
 from typing import Any, Optional
@@ -400,3 +403,51 @@ def test_reconnect_takeover_through_another_node(cluster):
             await sub_m.close()
 
     run(c, body(), timeout=30)
+
+
+# ---- (f) ------------------------------------------------------------------------------------------
+
+def test_large_frames_cross_the_node_link(cluster):
+    """The node link carries a client's largest frame and a large answer, each escaped inside the
+    link's envelope (quotes double), without the link closing: a 240 KB request through another
+    node, and getRoom of a room whose 40 members each carry 4 KB of quotes as metadata (about
+    650 KB once escaped for the link). Other connections through the same link keep working, and
+    a client's frame over server.maxFrameBytes still closes only its own socket with 1009."""
+    c = cluster
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cl-big"))
+        rid = room["id"]
+        host = await host_of(c, rid)
+        via = next(i for i in NODES if i != host)
+        conns: list[Connection] = []
+        try:
+            for k in range(5):   # rooms.maxMembersPerConnection is 8
+                conn = await Connection(c.ws_url(host), f"big{k}").connect()
+                conns.append(conn)
+                for j in range(8):
+                    await conn.call("join", {"roomId": rid, "name": f"m{k}-{j}", "metadata": '"' * 4096})
+            probe = await Connection(c.ws_url(via), "probe").connect()
+            conns.append(probe)
+            pad = '"' * 120_000   # 240 KB as the client's JSON, about 480 KB inside the link's envelope
+            text = json.dumps({"jsonrpc": "2.0", "id": "big", "method": "getRoom", "params": {"roomId": rid, "pad": pad}})
+            assert len(text) < 256 * 1024, len(text)
+            r = await probe.request_text(text, "big", timeout=15)
+            assert len(r["result"]["room"]["members"]) == 40, f"getRoom through n{via}: {str(r)[:300]}"
+            other = await Connection(c.ws_url(via), "other").connect()
+            conns.append(other)
+            r = await other.call("getRoom", {"roomId": rid})
+            assert len(r["room"]["members"]) == 40
+            # Over the client limit: that socket closes with 1009, the link and the others go on.
+            big = await Connection(c.ws_url(via), "too-big").connect()
+            await big.send_text(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "getRoom",
+                                            "params": {"roomId": rid, "pad": "x" * (300 * 1024)}}))
+            await asyncio.wait_for(big.closed, 10)
+            assert big.ws.close_code == 1009, f"close code {big.ws.close_code}"
+            r = await other.call("getRoom", {"roomId": rid})
+            assert len(r["room"]["members"]) == 40
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    run(c, body(), timeout=60)
