@@ -166,7 +166,12 @@ extension RoomService {
 
     /// Ends a session (WHIP/WHEP DELETE): its member leaves (reason `left`).
     public func endMediaSession(_ secret: String) throws {
-        guard let (room, member) = mediaSessionMember(secret) else { throw RoomError.sessionNotFound() }
+        guard let (room, member) = mediaSessionMember(secret) else {
+            // Ended a moment ago by its transport closing (the client's own DTLS close can
+            // arrive before its DELETE): the DELETE's wish is done.
+            if let ended = recentlyEndedSessions.removeValue(forKey: secret), clock.now - ended < Self.recentlyEndedFor { return }
+            throw RoomError.sessionNotFound()
+        }
         removeMember(member, from: room, reason: "left")
         flushOutbox()
     }
@@ -175,6 +180,20 @@ extension RoomService {
     public func mediaSessionExists(_ secret: String) -> Bool { mediaSessionMember(secret) != nil }
 
     // MARK: Internals
+
+    /// Remembers a session whose transport closed (see `recentlyEndedSessions`), dropping
+    /// expired entries, and the oldest when the bound is reached.
+    func rememberEndedSession(_ secret: String) {
+        let now = clock.now
+        if recentlyEndedSessions.count >= Self.recentlyEndedLimit {
+            recentlyEndedSessions = recentlyEndedSessions.filter { now - $0.value < Self.recentlyEndedFor }
+            if recentlyEndedSessions.count >= Self.recentlyEndedLimit,
+               let oldest = recentlyEndedSessions.min(by: { $0.value < $1.value })?.key {
+                recentlyEndedSessions[oldest] = nil
+            }
+        }
+        recentlyEndedSessions[secret] = now
+    }
 
     /// The session named by `secret` (the id in its URL): anything but 32 hex digits is no
     /// session, without a lookup; otherwise one dictionary lookup, and the stored secret compared

@@ -141,7 +141,10 @@ extension RoomService {
             let id = t.id
             worker.post { $0.closeTransport(id) }
         }
-        if let secret = member.mediaSession?.secret { mediaSessions[secret] = nil }
+        if let secret = member.mediaSession?.secret {
+            mediaSessions[secret] = nil
+            if reason == "transportClosed" { rememberEndedSession(secret) }
+        }
         emit(room, "memberLeft", ["member": member.json], reason: reason)
         room.members.removeAll { $0 === member }
         if room.members.isEmpty {

@@ -37,6 +37,13 @@ public actor RoomService {
     var transportsBeingCreated = 0
     /// WHIP/WHEP sessions by their secret (the id in the session URL): the room and member ids.
     var mediaSessions: [String: (room: String, member: String)] = [:]
+    /// Sessions that ended because their transport closed, and when: a DELETE that raced the
+    /// ending (a client sends DELETE as it closes DTLS) is answered as done, not 404. (A session
+    /// kicked or replaced stays 404: its client should hear that it was taken away.) At most
+    /// `recentlyEndedLimit`, each for `recentlyEndedFor`.
+    var recentlyEndedSessions: [String: ContinuousClock.Instant] = [:]
+    static let recentlyEndedLimit = 1024
+    static let recentlyEndedFor = Duration.seconds(30)
     /// New WHIP/WHEP sessions per client address (`whip.maxNewSessionsPerSecPerAddress`).
     lazy var sessionStarts = AddressRateLimiter(perSecond: configuration.maxNewMediaSessionsPerSecPerAddress)
     var nextWaiterToken: UInt64 = 0
