@@ -431,7 +431,7 @@ final class RedisClusterStoreOutageTests: XCTestCase {
 final class RedisURLTests: XCTestCase {
     func testURLsParse() throws {
         XCTAssertEqual(try RedisEndpoint(parsing: "redis://cache.internal"), RedisEndpoint(address: .tcp(host: "cache.internal", port: 6379)))
-        XCTAssertEqual(try RedisEndpoint(parsing: "redis://10.0.0.5:6380/2"), RedisEndpoint(address: .tcp(host: "10.0.0.5", port: 6380), database: 2))
+        XCTAssertEqual(try RedisEndpoint(parsing: "redis://198.18.0.5:6380/2"), RedisEndpoint(address: .tcp(host: "198.18.0.5", port: 6380), database: 2))
         XCTAssertEqual(try RedisEndpoint(parsing: "REDIS://h:1/"), RedisEndpoint(address: .tcp(host: "h", port: 1)))
         XCTAssertEqual(try RedisEndpoint(parsing: "redis://[::1]:7000"), RedisEndpoint(address: .tcp(host: "::1", port: 7000)))
         XCTAssertEqual(try RedisEndpoint(parsing: "unix:///run/redis/redis.sock"), RedisEndpoint(address: .unix(path: "/run/redis/redis.sock")))
