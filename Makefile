@@ -31,7 +31,7 @@ interop: build
 	bash scripts/interop-setup.sh
 	bash scripts/interop.sh
 
-## The wire and engine unit tests under AddressSanitizer and ThreadSanitizer (the sanitize/
+## The wire, engine and transport unit tests under AddressSanitizer and ThreadSanitizer (the sanitize/
 ## package builds only those targets, so the server's dependencies are not instrumented).
 sanitize: deps
 	cd sanitize && LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp $(SWIFT) test --sanitize=address --scratch-path .build-asan

@@ -120,6 +120,8 @@ let package = Package(
                                                               .product(name: "NIOEmbedded", package: "swift-nio"),
                                                               .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "MinatoClusterTests", dependencies: ["MinatoCluster", "MinatoSignaling", "MinatoRooms"]),
+        .testTarget(name: "MinatoTransportTests", dependencies: ["MinatoTransport", "MinatoMedia", "MinatoWire",
+                                                                 .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <openssl/ec.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling) {
     NiceAgentOption opts = NICE_AGENT_OPTION_ICE_TRICKLE;
@@ -60,6 +61,20 @@ long minato_dtls_timeout_ms(SSL *ssl) {
 }
 int minato_dtls_handle_timeout(SSL *ssl) { return (int)DTLSv1_handle_timeout(ssl); }
 void minato_bio_mem_retry_when_empty(BIO *bio) { BIO_set_mem_eof_return(bio, -1); }
+
+/* The retransmission timeout kept in the SSL's app data (microseconds, constant). */
+static unsigned int minato_fixed_dtls_timer(SSL *ssl, unsigned int previous_us) {
+    (void)previous_us;
+    return (unsigned int)(uintptr_t)SSL_get_app_data(ssl);
+}
+int minato_ssl_error_is_read_timeout(void) {
+    unsigned long e = ERR_peek_error();
+    return ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) == SSL_R_READ_TIMEOUT_EXPIRED;
+}
+void minato_dtls_fixed_timeout(SSL *ssl, unsigned int microseconds) {
+    SSL_set_app_data(ssl, (void *)(uintptr_t)microseconds);
+    DTLS_set_timer_cb(ssl, minato_fixed_dtls_timer);
+}
 int minato_ssl_ctx_dtls12(SSL_CTX *ctx) {
     return (int)SSL_CTX_set_min_proto_version(ctx, DTLS1_2_VERSION)
         && (int)SSL_CTX_set_max_proto_version(ctx, DTLS1_2_VERSION);
@@ -92,11 +107,15 @@ int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_
 }
 
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
-                      void *const *bufs, const size_t *lens, unsigned int n, int gso) {
+                      void *const *bufs, const size_t *lens, unsigned int n, int gso,
+                      unsigned char *sent) {
     struct mmsghdr msgs[64];
     struct iovec iov[64];
     union { char buf[CMSG_SPACE(sizeof(uint16_t))]; struct cmsghdr align; } control[64];
     if (n > 64) n = 64;
+    memset(sent, 0, n);
+    /* first[m]: the first datagram of message m (a GSO message carries several). */
+    unsigned int first[65];
     unsigned int m = 0, i = 0;
     while (i < n) {
         unsigned int j = i + 1;
@@ -109,7 +128,8 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
         }
         for (unsigned int k = i; k < j; k++) { iov[k].iov_base = bufs[k]; iov[k].iov_len = lens[k]; }
         memset(&msgs[m], 0, sizeof msgs[m]);
-        msgs[m].msg_hdr.msg_name = (void *)to;
+        first[m] = i;
+        msgs[m].msg_hdr.msg_name = to_len > 0 ? (void *)to : NULL;
         msgs[m].msg_hdr.msg_namelen = to_len;
         msgs[m].msg_hdr.msg_iov = &iov[i];
         msgs[m].msg_hdr.msg_iovlen = j - i;
@@ -127,6 +147,7 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
         m++;
         i = j;
     }
+    first[m] = n;
     unsigned int done = 0, packets = 0;
     while (done < m) {
         int r = sendmmsg(fd, msgs + done, m - done, MSG_DONTWAIT);
@@ -134,15 +155,18 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
             if (errno == EINTR) continue;
             /* A kernel or device without UDP GSO: tell the caller to send without it. */
             if (gso && done == 0 && (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT)) return -2;
-            /* The socket is full: the rest would fail too. */
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return packets > 0 ? (int)packets : -1;
+            /* The socket is full: the rest would fail too (their `sent` stays 0). */
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) break;
             /* Only this message was refused (a firewall rule, an ICMP error left by an earlier
-             * send, a datagram too large): skip it and send the rest of the batch. */
+             * send, a datagram too large): skip it (its `sent` stays 0), send the rest. */
             done++;
             continue;
         }
         if (r == 0) break;
-        for (int k = 0; k < r; k++) packets += (unsigned int)msgs[done + k].msg_hdr.msg_iovlen;
+        for (unsigned int k = done; k < done + (unsigned int)r; k++) {
+            for (unsigned int d = first[k]; d < first[k + 1]; d++) sent[d] = 1;
+            packets += first[k + 1] - first[k];
+        }
         done += (unsigned int)r;
     }
     return (int)packets;

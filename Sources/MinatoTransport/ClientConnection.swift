@@ -18,13 +18,15 @@ public struct LocalTransportParameters: Sendable {
 }
 
 /// The client side of one WebRTC connection (what a browser's RTCPeerConnection does for one
-/// BUNDLEd, rtcp-muxed transport): a full-ICE controlling libnice agent, DTLS in the role the
-/// SDP gave, and SRTP keyed from it. Made by and confined to one `ClientWorker` thread.
+/// BUNDLEd, rtcp-muxed transport): a full-ICE controlling libnice agent and the same sans-IO
+/// `SecureTransport` (DTLS in the role the SDP gave, SRTP keyed from it) the server uses.
+/// Made by and confined to one `ClientWorker` thread.
 ///
 /// Packets arrive still encrypted through `onPacket` (the SSRC, sequence and timestamp are in
 /// clear, so a receiver can count without decrypting) and are decrypted on demand with
 /// `unprotectRtp` / `unprotectRtcp`. Sending protects in place: leave
-/// `ClientConnection.trailerRoom` bytes of room after the packet.
+/// `ClientConnection.trailerRoom` bytes of room after the packet. A client has no connect or
+/// media timeout of its own (its application decides how long to wait).
 public final class ClientConnection {
     public enum State: Equatable, Sendable { case new, connecting, connected, failed(String), closed }
 
@@ -34,7 +36,7 @@ public final class ClientConnection {
     public private(set) var local: LocalTransportParameters
     public private(set) var state: State = .new
     /// The SRTP profile DTLS negotiated, once connected.
-    public private(set) var srtpProfile: SrtpProfile?
+    public var srtpProfile: SrtpProfile? { secure.srtpProfile }
     /// Called on the worker thread when the state changes.
     public var onStateChange: ((State) -> Void)?
     /// Called on the worker thread with every SRTP (`isRtcp` false) or SRTCP datagram, still
@@ -43,37 +45,31 @@ public final class ClientConnection {
 
     private unowned let core: ClientWorkerCore
     private var ice: IceAgent?
-    private var dtls: DtlsTransport?
-    private var srtp: SrtpSession?
-    private var dtlsRole: DtlsRole?
-    private var iceIsConnected = false
+    private let secure: SecureTransport
 
     init(core: ClientWorkerCore, srtpProfiles: String?) throws {
         self.core = core
+        secure = try SecureTransport(runtime: core.runtime, now: monotonicNow(),
+                                     timeouts: TransportTimeouts(connect: 0, media: 0), srtpProfiles: srtpProfiles)
         // Two-phase: C callbacks need `self`, so the agent is made after stored properties.
         local = LocalTransportParameters(iceUfrag: "", icePwd: "", candidates: [], fingerprint: core.runtime.fingerprint)
         let me = Unmanaged.passUnretained(self).toOpaque()
         let ice = try IceAgent(context: core.context, configuration: core.ice, owner: me, controlling: true,
                                receive: clientIceReceive, stateChanged: clientIceStateChanged)
         self.ice = ice
-        dtls = try DtlsTransport(runtime: core.runtime, srtpProfiles: srtpProfiles) { [unowned self] datagram in
-            guard let base = datagram.baseAddress else { return }
-            _ = self.ice?.send(base, length: datagram.count)
-        }
         local = LocalTransportParameters(iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
                                          candidates: ice.localCandidates(), fingerprint: core.runtime.fingerprint)
     }
 
     /// Applies the remote side's ICE credentials, candidates and fingerprint; `dtlsRole` is ours.
     public func setRemote(_ remote: RemoteTransportParameters, dtlsRole: DtlsRole) {
-        guard let ice, let dtls, self.dtlsRole == nil else { return }
-        self.dtlsRole = dtlsRole
-        dtls.remoteFingerprint = (remote.fingerprintAlgorithm, remote.fingerprint)
+        guard let ice, secure.dtlsRole == nil else { return }
         ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
         for c in remote.candidates { ice.addRemoteCandidate(c) }
         if remote.endOfCandidates { ice.endOfRemoteCandidates() }
         setState(.connecting)
-        if iceIsConnected { startDtls() }
+        apply(secure.setRemote(fingerprint: (remote.fingerprintAlgorithm, remote.fingerprint),
+                               role: dtlsRole == .client ? .client : .server))
     }
 
     /// Adds a trickled remote candidate; nil or empty means end of candidates.
@@ -85,13 +81,13 @@ public final class ClientConnection {
     /// Decrypts an SRTP packet in place; the clear length, or nil (not connected, auth or replay failure).
     @inline(__always)
     public func unprotectRtp(_ packet: UnsafeMutableRawBufferPointer) -> Int? {
-        guard let srtp, let base = packet.baseAddress else { return nil }
+        guard let srtp = secure.srtp, let base = packet.baseAddress else { return nil }
         return srtp.unprotectRtp(base, length: packet.count)
     }
 
     @inline(__always)
     public func unprotectRtcp(_ packet: UnsafeMutableRawBufferPointer) -> Int? {
-        guard let srtp, let base = packet.baseAddress else { return nil }
+        guard let srtp = secure.srtp, let base = packet.baseAddress else { return nil }
         return srtp.unprotectRtcp(base, length: packet.count)
     }
 
@@ -100,24 +96,17 @@ public final class ClientConnection {
     @inline(__always)
     @discardableResult
     public func sendRtp(_ base: UnsafeMutableRawPointer, length: Int) -> Bool {
-        guard let srtp, let ice, let n = srtp.protectRtp(base, length: length) else { return false }
+        guard let srtp = secure.srtp, let ice, let n = srtp.protectRtp(base, length: length) else { return false }
         return ice.send(base, length: n)
     }
 
-    @inline(__always)
-    @discardableResult
-    public func sendRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Bool {
-        guard let srtp, let ice, let n = srtp.protectRtcp(base, length: length) else { return false }
-        return ice.send(base, length: n)
-    }
-
-    /// Closes DTLS and frees the agent; no callback fires afterwards.
+    /// Closes DTLS (close_notify goes out first) and frees the agent; no callback fires afterwards.
     public func close() {
         guard state != .closed else { return }
-        dtls?.close()
+        secure.close()
+        sendHandshake()
         ice?.close(context: core.context)
         ice = nil
-        srtp = nil
         core.forget(self)
         setState(.closed)
         onPacket = nil
@@ -126,56 +115,37 @@ public final class ClientConnection {
 
     // MARK: From libnice and the worker's tick
 
-    func iceConnected() {
-        guard !iceIsConnected else { return }
-        iceIsConnected = true
-        if dtlsRole != nil { startDtls() }
-    }
-
-    func iceFailed() { fail("ICE failed: no usable candidate pair") }
+    func iceChanged(_ progress: IceProgress) { apply(secure.iceChanged(progress)) }
 
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer) {
         switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
         case .rtp: onPacket?(datagram, false)
         case .rtcp: onPacket?(datagram, true)
-        case .dtls:
-            guard let dtls else { return }
-            handle(dtls.receive(UnsafeRawBufferPointer(datagram)))
+        case .dtls: apply(secure.receiveDtls(UnsafeRawBufferPointer(datagram)))
         case .stun, .unknown: break
         }
     }
 
-    func tick() {
-        guard let dtls, state == .connecting, let ms = dtls.timeoutMilliseconds, ms == 0 else { return }
-        handle(dtls.handleTimeout())
-    }
+    func tick() { apply(secure.handleTimeout(now: monotonicNow())) }
 
-    private func startDtls() {
-        guard let dtls, let dtlsRole else { return }
-        // A DTLS server waits for the ClientHello (DtlsTransport takes the server role on it).
-        if dtlsRole == .client { handle(dtls.start(role: .client)) }
-    }
-
-    private func handle(_ outcome: DtlsTransport.Outcome) {
-        switch outcome {
-        case .none: break
-        case .failed(let failure): fail("DTLS failed: \(failure)")
-        case .connected(let profile, let localKey, let remoteKey):
-            do {
-                srtp = try SrtpSession(profile: profile, localKeyAndSalt: localKey, remoteKeyAndSalt: remoteKey)
-                srtpProfile = profile
-                setState(.connected)
-            } catch {
-                fail("SRTP session could not be created")
-            }
+    private func sendHandshake() {
+        while let d = secure.pollDatagram() {
+            guard let ice else { continue }
+            _ = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } }
         }
     }
 
-    private func fail(_ reason: String) {
-        switch state {
-        case .failed, .closed: return
-        default: setState(.failed(reason))
+    private func apply(_ update: TransportUpdate) {
+        sendHandshake()
+        switch update {
+        case .none: break
+        case .connected: setState(.connected)
+        case .failed(let reason):
+            switch state {
+            case .failed, .closed: return
+            default: setState(.failed(reason.description))
+            }
         }
     }
 
@@ -195,10 +165,5 @@ private func clientIceReceive(_ agent: OpaquePointer?, _ stream: guint, _ compon
 
 private func clientIceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
-    let connection = Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue()
-    switch IceProgress(state) {
-    case .connected: connection.iceConnected()
-    case .failed: connection.iceFailed()
-    case .none: break
-    }
+    Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue().iceChanged(IceProgress(state))
 }

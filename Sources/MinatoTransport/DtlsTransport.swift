@@ -1,9 +1,11 @@
 internal import COpenSSL
 internal import CMinatoShims
 
-/// DTLS 1.2 (OpenSSL) over an in-memory read BIO and a write BIO that hands every flight to
-/// `send` as one datagram. Owns its `SSL*`. Lives on the media worker; sans-IO apart from the
-/// `send` closure it is given (control path only: handshake traffic, never media).
+/// DTLS 1.2 (OpenSSL) over memory: received datagrams are written into a memory read BIO,
+/// and every flight OpenSSL writes is queued as one datagram for the owner to take with
+/// `pollDatagram` and send however it sends (ICE, or memory in tests). Sans-IO; owns its
+/// `SSL*`. Handshake and alerts only, never media. The retransmission timer is OpenSSL's
+/// (on the real clock): `timeoutMilliseconds` says when it is due, `handleTimeout` runs it.
 final class DtlsTransport {
     enum Role: Sendable { case client, server }
     enum State: Equatable { case new, connecting, connected, failed(DtlsFailure), closed }
@@ -15,11 +17,15 @@ final class DtlsTransport {
     private(set) var role: Role = .server
     /// Remote fingerprint from SDP: algorithm and colon hex.
     var remoteFingerprint: (algorithm: String, value: String)?
-    private let send: (UnsafeRawBufferPointer) -> Void
+    /// Datagrams written by OpenSSL and not yet taken by `pollDatagram`, oldest first.
+    private var outgoing: [[UInt8]] = []
+    private var outgoingHead = 0
 
     /// `srtpProfiles` (OpenSSL names, colon separated) narrows the context's SRTP profile list
     /// for this connection (a client that must offer one profile only).
-    init(runtime: CryptoRuntime, srtpProfiles: String? = nil, send: @escaping (UnsafeRawBufferPointer) -> Void) throws {
+    /// `retransmitMicroseconds` replaces OpenSSL's retransmission schedule (1 s doubling to 60 s)
+    /// by a constant one (tests, which wait for it on the real clock).
+    init(runtime: CryptoRuntime, srtpProfiles: String? = nil, retransmitMicroseconds: UInt32? = nil) throws {
         guard let ssl = SSL_new(runtime.context) else { throw CryptoRuntime.Failure.openssl("SSL_new") }
         if let srtpProfiles, SSL_set_tlsext_use_srtp(ssl, srtpProfiles) != 0 {
             SSL_free(ssl)
@@ -32,15 +38,25 @@ final class DtlsTransport {
         minato_bio_mem_retry_when_empty(rbio)
         self.ssl = ssl
         self.readBio = rbio
-        self.send = send
         BIO_set_data(wbio, Unmanaged.passUnretained(self).toOpaque())
         SSL_set_bio(ssl, rbio, wbio)  // ssl owns both BIOs now
         minato_ssl_set_mtu(ssl, 1200)
+        if let retransmitMicroseconds { minato_dtls_fixed_timeout(ssl, retransmitMicroseconds) }
     }
 
     deinit { SSL_free(ssl) }
 
-    func emit(_ datagram: UnsafeRawBufferPointer) { send(datagram) }
+    /// Called by the write BIO with each flight OpenSSL writes.
+    func emit(_ datagram: UnsafeRawBufferPointer) { outgoing.append(Array(datagram)) }
+
+    /// The next datagram to send to the peer, oldest first; nil when none is waiting.
+    func pollDatagram() -> [UInt8]? {
+        guard outgoingHead < outgoing.count else { return nil }
+        let d = outgoing[outgoingHead]
+        outgoingHead += 1
+        if outgoingHead == outgoing.count { outgoing.removeAll(keepingCapacity: true); outgoingHead = 0 }
+        return d
+    }
 
     /// Starts the handshake in the given role (a client sends its ClientHello now).
     func start(role: Role) -> Outcome {
@@ -88,6 +104,7 @@ final class DtlsTransport {
     func handleTimeout() -> Outcome {
         guard state == .connecting else { return .none }
         if minato_dtls_handle_timeout(ssl) < 0 {
+            ERR_clear_error()
             return fail(.handshakeTimedOut)
         }
         return .none
@@ -108,6 +125,9 @@ final class DtlsTransport {
         if rc == 1 { return finish() }
         let err = SSL_get_error(ssl, rc)
         if err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE { return .none }
+        // Reading an empty BIO after the retransmission timer expired retransmits too, and
+        // can give up there: the same failure as in `handleTimeout`.
+        if minato_ssl_error_is_read_timeout() != 0 { ERR_clear_error(); return fail(.handshakeTimedOut) }
         return fail(.handshakeFailed(Self.errorQueueText()))
     }
 

@@ -135,11 +135,11 @@ public final class WorkerCore {
     /// packet may fan out to up to `outboxSlots / 2` consumers without drops.
     static let outboxSlots = 2048
     let engine: MediaEngine
-    private let batch = SendBatch(slots: WorkerCore.outboxSlots)
+    let batch = SendBatch(slots: WorkerCore.outboxSlots)
     let logger: Logger
     private let eventSink: AsyncStream<WorkerEvent>.Continuation
-    private let transportTimeout: Nanoseconds
-    private let connectTimeout: Nanoseconds
+    /// The connect and media timeouts of every transport made here.
+    let timeouts: TransportTimeouts
     private var transports: [TransportId: WebRtcTransport] = [:]
     /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
@@ -170,8 +170,7 @@ public final class WorkerCore {
         self.runtime = runtime
         self.ice = ice
         self.eventSink = events
-        self.transportTimeout = transportTimeout
-        self.connectTimeout = connectTimeout
+        self.timeouts = TransportTimeouts(connect: connectTimeout, media: transportTimeout)
         self.logger = logger
     }
 
@@ -219,8 +218,9 @@ public final class WorkerCore {
     public func createTransport(id: TransportId, router: RouterId) throws -> TransportDescription {
         assertOnThread()
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
-        let transport = WebRtcTransport(id: id, index: index, worker: self, now: monotonicNow())
         do {
+            let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: timeouts)
+            let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure)
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description
@@ -249,11 +249,6 @@ public final class WorkerCore {
     public func addRemoteCandidate(_ id: TransportId, _ candidate: String?) throws {
         guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
         t.addRemoteCandidate(candidate)
-    }
-
-    public func engineIndex(of id: TransportId) throws -> TransportIndex {
-        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
-        return t.index
     }
 
     public func addProducer(on id: TransportId, _ make: (TransportIndex) -> ProducerParameters) throws -> ProducerId {
@@ -313,7 +308,8 @@ public final class WorkerCore {
     // MARK: Packet path
 
     /// A datagram from libnice for `t` (through `iceReceive`): the transport decrypts it, the
-    /// worker routes it into the engine or counts the drop. Allocation-free.
+    /// worker routes it into the engine or counts the drop. No Swift allocation; Debian's
+    /// libsrtp2 (on NSS) mallocs inside `srtp_unprotect` (bench/malloc-allowances.txt).
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer, on t: WebRtcTransport) {
         let now = monotonicNow()
@@ -334,7 +330,8 @@ public final class WorkerCore {
 
     /// Protects everything the engine left in its outbox (in place), chains each transport's
     /// packets, and sends each chain in batches (`WebRtcTransport.send`). Counts what was sent
-    /// and every packet that was not, by reason. Allocation-free.
+    /// and every packet that was not, by reason. No Swift allocation; Debian's libsrtp2 (on
+    /// NSS) mallocs inside `srtp_protect` (bench/malloc-allowances.txt).
     func flush() {
         let n = engine.transmitCount
         guard n > 0 else { return }
@@ -397,15 +394,19 @@ public final class WorkerCore {
 
     @inline(__always)
     private func sendScratch(_ t: WebRtcTransport, _ count: Int) {
-        let sent: Int
-        switch t.send(batch.scratchBases, batch.scratchLengths, count: count, gso: &batch.gso) {
-        case .notConnected:
+        guard t.send(batch.scratchBases, batch.scratchLengths, count: count, sent: batch.scratchSent, gso: &batch.gso) else {
             drops[DropReason.iceNotConnected.rawValue] &+= UInt64(count)
             return
-        case .sent(let n):
-            sent = min(n, count)
         }
-        for j in 0..<sent {
+        account(count)
+    }
+
+    /// Counts the scratch entries of one send call by what the kernel said of each: sent
+    /// (RTP packets and clear bytes, or RTCP packets) or dropped (`sendFailed`).
+    @inline(__always)
+    func account(_ count: Int) {
+        for j in 0..<count {
+            guard batch.scratchSent[j] != 0 else { drops[DropReason.sendFailed.rawValue] &+= 1; continue }
             let k = Int(batch.scratchSlots[j])
             if batch.isRtcp[k] {
                 rtcpPacketsSent &+= 1
@@ -414,7 +415,6 @@ public final class WorkerCore {
                 rtpBytesSent &+= UInt64(batch.clearLengths[k])
             }
         }
-        if sent < count { drops[DropReason.sendFailed.rawValue] &+= UInt64(count - sent) }
     }
 
     /// Flushes early when half the outbox is used (a burst of input before the loop iteration ends).
@@ -484,7 +484,7 @@ public final class WorkerCore {
             let now = monotonicNow()
             var soonest: Nanoseconds = .max
             for t in transports.values {
-                soonest = min(soonest, t.deadline(now: now, connectTimeout: connectTimeout, mediaTimeout: transportTimeout))
+                soonest = min(soonest, t.deadline(now: now))
             }
             transportDeadline = soonest
         }
@@ -503,7 +503,7 @@ public final class WorkerCore {
         if now >= transportDeadline {
             var failed: [(WebRtcTransport, TransportUpdate)] = []
             for t in transports.values {
-                let update = t.handleTimeout(now: now, connectTimeout: connectTimeout, mediaTimeout: transportTimeout)
+                let update = t.handleTimeout(now: now)
                 if update != .none { failed.append((t, update)) }
             }
             for (t, update) in failed { apply(update, to: t) }

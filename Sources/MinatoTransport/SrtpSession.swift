@@ -19,7 +19,9 @@ public enum SrtpProfile: Sendable, Equatable {
 
 /// One direction pair of libsrtp2 contexts for a transport: `inbound` keyed with the remote
 /// master key, `outbound` with ours. Owns both `srtp_t` handles; lives on the media worker.
-/// Every call protects or unprotects in place in the caller's buffer; nothing allocates.
+/// Every call protects or unprotects in place in the caller's buffer. No Swift allocation;
+/// Debian's libsrtp2 does its AES through NSS, which allocates a little inside
+/// `srtp_protect`/`srtp_unprotect` (counted and bounded in bench/malloc-allowances.txt).
 /// Public for the micro benchmarks (header rewrite + protect); libsrtp must be initialised
 /// first, which making a `CryptoRuntime` does.
 public final class SrtpSession {
@@ -29,10 +31,16 @@ public final class SrtpSession {
     /// Bytes `protect` may append (auth tag); callers leave this much room after a packet.
     public static let maxTrailer = 16 + 4
 
-    public enum Failure: Error { case create(Int32) }
+    public enum Failure: Error {
+        case create(Int32)
+        /// A master key and salt of the wrong length for the profile (libsrtp would read past it).
+        case keyLength(Int)
+    }
 
     public init(profile: SrtpProfile, localKeyAndSalt: [UInt8], remoteKeyAndSalt: [UInt8]) throws {
         self.profile = profile
+        let expected = profile.keyLength + profile.saltLength
+        for k in [localKeyAndSalt, remoteKeyAndSalt] where k.count != expected { throw Failure.keyLength(k.count) }
         func make(_ keyAndSalt: [UInt8], _ type: srtp_ssrc_type_t) throws -> srtp_t {
             var policy = srtp_policy_t()
             switch profile {

@@ -43,79 +43,38 @@ public struct RemoteTransportParameters: Sendable {
     }
 }
 
-/// What a transport's state change means to its worker (the worker decides what follows).
-enum TransportUpdate: Equatable {
-    case none
-    /// ICE, DTLS and SRTP are up: media can flow.
-    case connected
-    /// The transport cannot go on; the worker closes it and reports why.
-    case failed(TransportCloseReason)
-}
-
-/// What a transport made of one received datagram. Media comes back decrypted in place (the
-/// buffer is still the caller's, borrowed for the duration of the receive callback).
-enum ReceiveOutcome {
-    case rtp(UnsafeMutableRawBufferPointer)
-    case rtcp(UnsafeRawBufferPointer)
-    case dropped(DropReason)
-    /// DTLS handshake traffic was consumed (its timer may have moved).
-    case handshake(TransportUpdate)
-}
-
-/// What happened to a batch handed to `WebRtcTransport.send`.
-enum SendOutcome {
-    /// The first `n` datagrams were sent; the rest were refused (socket buffer full, error).
-    case sent(Int)
-    /// No ICE connection yet: nothing was sent.
-    case notConnected
-}
-
-/// One WebRTC connection: an ICE agent, DTLS on top, SRTP keyed from DTLS, and the engine's
-/// `TransportIndex` for it. Owned by its `WorkerCore`; lives on that worker's thread.
+/// One WebRTC connection on the server: a libnice agent (`IceAgent`, the port through which
+/// datagrams come and go), the sans-IO `SecureTransport` (DTLS, SRTP, state, timeouts), the
+/// direct UDP send path of the selected pair (`DatagramSender`), and the engine's
+/// `TransportIndex`. Owned by its `WorkerCore`; lives on that worker's thread.
 /// Transports report, the worker decides: every input (datagram, ICE change, timeout) returns
 /// a typed outcome; the transport never calls the worker or the engine, and holds no routing
 /// or batching state.
 final class WebRtcTransport {
-    enum State: Equatable { case new, connecting, connected, closed }
-
     let id: TransportId
     let index: TransportIndex
     /// Passed by argument: for the libnice C callbacks (`iceReceive`, `iceStateChanged`) to hand
     /// this transport's outcomes to its worker. The transport itself never calls it.
     unowned let worker: WorkerCore
     private var ice: IceAgent?
-    private var dtls: DtlsTransport?
-    private(set) var srtp: SrtpSession?
-    private(set) var state: State = .new
-    private var iceIsConnected = false
-    private var dtlsRole: DtlsTransport.Role?
-    let createdAt: Nanoseconds
-    /// When SRTP or SRTCP last decrypted (nil: never), for the media timeout.
-    private(set) var lastMediaAt: Nanoseconds?
-    /// The direct send path: the selected pair's UDP socket and peer.
-    /// -2: not resolved yet; -1: use libnice's `nice_agent_send` (no pair, TCP or relay).
-    private var sendFd: Int32 = -2
-    private var peerAddress = sockaddr_storage()
-    private var peerAddressLength: UInt32 = 0
+    let secure: SecureTransport
+    private var sender = DatagramSender()
 
-    init(id: TransportId, index: TransportIndex, worker: WorkerCore, now: Nanoseconds) {
+    init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport) {
         self.id = id
         self.index = index
         self.worker = worker
-        self.createdAt = now
+        self.secure = secure
     }
 
-    /// Creates the ICE agent and DTLS state (separate from init so `self` can be handed to C).
+    var srtp: SrtpSession? { secure.srtp }
+
+    /// Creates the ICE agent (separate from init so `self` can be handed to C).
     func open(runtime: CryptoRuntime, context: OpaquePointer, configuration: IceConfiguration) throws -> TransportDescription {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let ice = try IceAgent(context: context, configuration: configuration, owner: me)
         ice.onSelectedPairChange(transportSelectedPairChanged, owner: me)
         self.ice = ice
-        dtls = try DtlsTransport(runtime: runtime) { [unowned self] datagram in
-            // Handshake flights only: one that fails to go out is resent by the DTLS timer.
-            guard let base = datagram.baseAddress else { return }
-            _ = self.ice?.send(base, length: datagram.count)
-        }
         return TransportDescription(id: id, iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
                                     candidates: ice.localCandidates(), fingerprint: runtime.fingerprint,
                                     iceLite: configuration.lite)
@@ -123,16 +82,13 @@ final class WebRtcTransport {
 
     /// Applies the remote ICE credentials, candidates, fingerprint and DTLS role.
     func setRemote(_ remote: RemoteTransportParameters) -> TransportUpdate {
-        guard let ice, let dtls else { return .none }
+        guard let ice else { return .none }
         ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
         for c in remote.candidates { ice.addRemoteCandidate(c) }
         if remote.endOfCandidates { ice.endOfRemoteCandidates() }
-        dtls.remoteFingerprint = (remote.fingerprintAlgorithm, remote.fingerprint)
-        guard dtlsRole == nil else { return .none }
         // The remote's "passive" makes us the DTLS client; "active"/"actpass" the server.
-        dtlsRole = remote.setup == "passive" ? .client : .server
-        if state == .new { state = .connecting }
-        return iceIsConnected && dtlsRole == .client ? handle(dtls.start(role: .client)) : .none
+        return sendingHandshake(secure.setRemote(fingerprint: (remote.fingerprintAlgorithm, remote.fingerprint),
+                                                 role: remote.setup == "passive" ? .client : .server))
     }
 
     func addRemoteCandidate(_ candidate: String?) {
@@ -141,163 +97,78 @@ final class WebRtcTransport {
     }
 
     func close(context: OpaquePointer) {
-        guard state != .closed else { return }
-        state = .closed
-        dtls?.close()
+        secure.close()
+        _ = sendingHandshake(.none)   // close_notify, while the agent still exists
         ice?.close(context: context)
         ice = nil
-        srtp = nil
     }
 
     // MARK: Inputs (libnice callbacks and the worker's timer, on the worker thread)
 
     func iceChanged(_ progress: IceProgress) -> TransportUpdate {
-        switch progress {
-        case .none: return .none
-        case .failed: return state == .closed ? .none : .failed(.iceFailed)
-        case .connected:
-            guard !iceIsConnected else { return .none }
-            iceIsConnected = true
-            sendFd = -2
-            if dtlsRole == .client, let dtls { return handle(dtls.start(role: .client)) }
-            return .none
-        }
+        if progress == .connected { sender.reset() }
+        return sendingHandshake(secure.iceChanged(progress))
     }
 
-    /// One datagram from libnice (STUN was consumed by libnice already), decrypted in place.
-    /// `engine` is only asked whether an SSRC is expected here (a read, before `srtp_unprotect`).
+    /// One datagram from libnice, decrypted in place. `engine` is only asked whether an SSRC is
+    /// expected here (a read, before `srtp_unprotect`).
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer, now: Nanoseconds, engine: MediaEngine) -> ReceiveOutcome {
-        switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
-        case .rtp:
-            guard let srtp, let base = datagram.baseAddress else { return .dropped(.noSrtpSession) }
-            // The SSRC is in the clear header: a stream this transport does not expect is dropped
-            // before libsrtp, which would otherwise set up state for every new SSRC it sees
-            // (a new simulcast layer is expected by the RID in its clear header extension).
-            guard datagram.count >= RtpPacketView.fixedHeaderLength else { return .dropped(.malformedRtp) }
-            let ssrc = UnsafeRawBufferPointer(datagram).loadUnaligned(fromByteOffset: 8, as: UInt32.self).bigEndian
-            guard engine.expectsPacket(ssrc, datagram, on: index) else { return .dropped(.unknownSsrc) }
-            guard let n = srtp.unprotectRtp(base, length: datagram.count) else { return .dropped(.srtpUnprotectFailed) }
-            lastMediaAt = now
-            return .rtp(UnsafeMutableRawBufferPointer(start: base, count: n))
-        case .rtcp:
-            guard let srtp, let base = datagram.baseAddress else { return .dropped(.noSrtpSession) }
-            guard let n = srtp.unprotectRtcp(base, length: datagram.count) else { return .dropped(.srtpUnprotectFailed) }
-            lastMediaAt = now
-            return .rtcp(UnsafeRawBufferPointer(start: base, count: n))
-        case .dtls:
-            guard let dtls else { return .dropped(.unknownPacket) }
-            return .handshake(handle(dtls.receive(UnsafeRawBufferPointer(datagram))))
-        case .stun, .unknown:
-            return .dropped(.unknownPacket)
-        }
+        let index = self.index
+        let outcome = secure.received(datagram, now: now) { ssrc, packet in engine.expectsPacket(ssrc, packet, on: index) }
+        if case .handshake(let update) = outcome { return .handshake(sendingHandshake(update)) }
+        return outcome
     }
 
-    /// When this transport next needs `handleTimeout`: the DTLS retransmission timer while
-    /// connecting, the connect timeout until connected, the media timeout after (from the last
-    /// media received, so it moves with traffic and is rechecked lazily). `.max`: never.
-    func deadline(now: Nanoseconds, connectTimeout: Nanoseconds, mediaTimeout: Nanoseconds) -> Nanoseconds {
-        switch state {
-        case .closed: return .max
-        case .connected:
-            guard mediaTimeout > 0, let last = lastMediaAt else { return .max }
-            return saturatingAdd(last, mediaTimeout)
-        case .new, .connecting:
-            var soonest = connectTimeout > 0 ? saturatingAdd(createdAt, connectTimeout) : .max
-            if state == .connecting, let ms = dtls?.timeoutMilliseconds {
-                soonest = min(soonest, saturatingAdd(now, UInt64(max(0, ms)) &* 1_000_000))
-            }
-            return soonest
-        }
-    }
+    func deadline(now: Nanoseconds) -> Nanoseconds { secure.deadline(now: now) }
 
-    /// Runs whatever is due at `now` (see `deadline`).
-    func handleTimeout(now: Nanoseconds, connectTimeout: Nanoseconds, mediaTimeout: Nanoseconds) -> TransportUpdate {
-        switch state {
-        case .closed: return .none
-        case .connected:
-            if mediaTimeout > 0, let last = lastMediaAt, now >= saturatingAdd(last, mediaTimeout) {
-                return .failed(.mediaTimeout(duration(mediaTimeout)))
-            }
-            return .none
-        case .new, .connecting:
-            if connectTimeout > 0, now >= saturatingAdd(createdAt, connectTimeout) {
-                return .failed(.connectTimeout(duration(connectTimeout)))
-            }
-            guard let dtls, state == .connecting, let ms = dtls.timeoutMilliseconds, ms == 0 else { return .none }
-            return handle(dtls.handleTimeout())
+    func handleTimeout(now: Nanoseconds) -> TransportUpdate { sendingHandshake(secure.handleTimeout(now: now)) }
+
+    /// Sends the DTLS datagrams `secure` queued (a handshake flight that fails to go out is
+    /// resent by the DTLS timer), then passes `update` on.
+    private func sendingHandshake(_ update: TransportUpdate) -> TransportUpdate {
+        while let d = secure.pollDatagram() {
+            guard let ice else { continue }
+            _ = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } }
         }
+        return update
     }
 
     // MARK: Sending
 
-    /// Sends already protected datagrams (`count` <= `SendBatch.maxPerCall`) to the peer: one
-    /// `sendmmsg` on the selected pair's socket, runs of equal-size packets as UDP GSO messages
-    /// while `gso` holds (cleared when the kernel refuses GSO); `nice_agent_send` per packet
-    /// when there is no plain UDP pair (TCP, TURN), stopping at the first refusal.
+    /// Sends already protected datagrams (`count` <= `SendBatch.maxPerCall`) to the peer and
+    /// sets `sent[i]` to 1 for each the kernel took, 0 for each it refused. Returns false (and
+    /// sends nothing) when ICE is not connected. On a plain UDP pair: `sendmmsg` on its socket,
+    /// runs of equal-size packets as UDP GSO messages while `gso` holds (cleared when the kernel
+    /// refuses GSO); otherwise (TCP, TURN) `nice_agent_send` per packet, each counted alone.
     @inline(__always)
     func send(_ bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>, _ lengths: UnsafeMutablePointer<Int>, count: Int,
-              gso: inout Bool) -> SendOutcome {
-        guard iceIsConnected else { return .notConnected }
-        if sendFd == -2 {
-            guard let ice else { return .notConnected }
-            sendFd = max(-1, ice.selectedUdpSocket(peer: &peerAddress, length: &peerAddressLength))
+              sent: UnsafeMutablePointer<UInt8>, gso: inout Bool) -> Bool {
+        guard secure.iceIsConnected else { return false }
+        if !sender.isResolved {
+            guard let ice else { return false }
+            sender.resolve(ice)
         }
-        if sendFd < 0 {
-            guard let ice else { return .notConnected }
-            var sent = 0
-            while sent < count {
-                guard let base = bases[sent], ice.send(base, length: lengths[sent]) else { break }
-                sent += 1
+        if sender.usesAgent {
+            guard let ice else { return false }
+            for i in 0..<count {
+                sent[i] = bases[i].map { ice.send($0, length: lengths[i]) ? 1 : 0 } ?? 0
             }
-            return .sent(sent)
+            return true
         }
-        if gso {
-            let r = minato_send_batch(sendFd, &peerAddress, peerAddressLength, bases, lengths, UInt32(count), 1)
-            if r != -2 { return .sent(max(0, Int(r))) }
-            gso = false   // no UDP GSO here: plain sendmmsg from now on
-        }
-        let r = minato_send_batch(sendFd, &peerAddress, peerAddressLength, bases, lengths, UInt32(count), 0)
-        return .sent(max(0, Int(r)))
+        sender.send(bases, lengths, count: count, sent: sent, gso: &gso)
+        return true
     }
 
-    func selectedPairChanged() { sendFd = -2 }
+    func selectedPairChanged() { sender.reset() }
 
     /// Connects this transport without libnice or DTLS: SRTP keyed directly and a UDP socket to
     /// send on (`WorkerBenchmarkRig` only).
-    func connectDirectly(srtp: SrtpSession, fd: Int32, peer: sockaddr_storage, peerLength: UInt32) {
-        self.srtp = srtp
-        state = .connected
-        iceIsConnected = true
-        sendFd = fd
-        peerAddress = peer
-        peerAddressLength = peerLength
+    func connectDirectly(profile: SrtpProfile, local: [UInt8], remote: [UInt8], sender: DatagramSender) -> TransportUpdate {
+        self.sender = sender
+        secure.assumeIceConnected()
+        return secure.connect(profile: profile, local: local, remote: remote)
     }
-
-    private func handle(_ outcome: DtlsTransport.Outcome) -> TransportUpdate {
-        switch outcome {
-        case .none: return .none
-        case .failed(let failure): return .failed(.dtlsFailed(failure))
-        case .connected(let profile, let local, let remote):
-            do {
-                srtp = try SrtpSession(profile: profile, localKeyAndSalt: local, remoteKeyAndSalt: remote)
-                state = .connected
-                return .connected
-            } catch {
-                return .failed(.srtpSetupFailed)
-            }
-        }
-    }
-}
-
-@inline(__always)
-func saturatingAdd(_ a: Nanoseconds, _ b: Nanoseconds) -> Nanoseconds {
-    let (sum, overflow) = a.addingReportingOverflow(b)
-    return overflow ? .max : sum
-}
-
-func duration(_ ns: Nanoseconds) -> Duration {
-    .seconds(Int64(clamping: ns / 1_000_000_000)) + .nanoseconds(Int64(ns % 1_000_000_000))
 }
 
 private func transportSelectedPairChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint,
@@ -305,6 +176,45 @@ private func transportSelectedPairChanged(_ agent: OpaquePointer?, _ stream: gui
                                           _ owner: gpointer?) {
     guard let owner else { return }
     Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue().selectedPairChanged()
+}
+
+/// The direct send path of a transport: the selected pair's UDP socket and the peer's address,
+/// so a batch goes out with one `sendmmsg` instead of one `nice_agent_send` each.
+struct DatagramSender {
+    /// -2: not resolved yet; -1: send through the agent (no pair, TCP or relay); else the fd.
+    private(set) var fd: Int32 = -2
+    private var peer = sockaddr_storage()
+    private var peerLength: UInt32 = 0
+
+    init() {}
+
+    /// A sender on `fd` to `peer` (`peerLength` 0: the socket's connected peer).
+    init(fd: Int32, peer: sockaddr_storage, peerLength: UInt32) {
+        self.fd = fd; self.peer = peer; self.peerLength = peerLength
+    }
+
+    var isResolved: Bool { fd != -2 }
+    var usesAgent: Bool { fd == -1 }
+
+    mutating func reset() { fd = -2 }
+
+    mutating func resolve(_ ice: IceAgent) {
+        fd = max(-1, ice.selectedUdpSocket(peer: &peer, length: &peerLength))
+    }
+
+    /// `minato_send_batch`: `sent[i]` tells which datagrams the kernel took. With `gso`, tries
+    /// UDP GSO first and clears `gso` for good if the kernel has none.
+    @inline(__always)
+    mutating func send(_ bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>, _ lengths: UnsafeMutablePointer<Int>,
+                       count: Int, sent: UnsafeMutablePointer<UInt8>, gso: inout Bool) {
+        let n = UInt32(clamping: min(count, SendBatch.maxPerCall))
+        for i in Int(n)..<max(Int(n), count) { sent[i] = 0 }   // beyond one call: not attempted
+        if gso {
+            if minato_send_batch(fd, &peer, peerLength, bases, lengths, n, 1, sent) != -2 { return }
+            gso = false   // no UDP GSO here: plain sendmmsg from now on
+        }
+        _ = minato_send_batch(fd, &peer, peerLength, bases, lengths, n, 0, sent)
+    }
 }
 
 /// Preallocated arrays for `WorkerCore.flush` (one per worker, owned by it): per outbox slot
@@ -330,6 +240,8 @@ final class SendBatch {
     let scratchLengths: UnsafeMutablePointer<Int>
     /// The outbox slot of each scratch entry (for counting what was sent).
     let scratchSlots: UnsafeMutablePointer<Int32>
+    /// Per scratch entry: 1 if the kernel took it (`minato_send_batch`).
+    let scratchSent: UnsafeMutablePointer<UInt8>
 
     init(slots: Int) {
         self.slots = slots
@@ -342,6 +254,7 @@ final class SendBatch {
         scratchBases = .allocate(capacity: Self.maxPerCall)
         scratchLengths = .allocate(capacity: Self.maxPerCall)
         scratchSlots = .allocate(capacity: Self.maxPerCall)
+        scratchSent = .allocate(capacity: Self.maxPerCall)
     }
 
     /// Makes room for transport slots up to `slot` (control path).
@@ -352,6 +265,6 @@ final class SendBatch {
     deinit {
         bases.deallocate(); lengths.deallocate(); clearLengths.deallocate(); isRtcp.deallocate()
         next.deallocate(); touched.deallocate()
-        scratchBases.deallocate(); scratchLengths.deallocate(); scratchSlots.deallocate()
+        scratchBases.deallocate(); scratchLengths.deallocate(); scratchSlots.deallocate(); scratchSent.deallocate()
     }
 }

@@ -51,9 +51,11 @@ public final class WorkerBenchmarkRig {
         let router = RouterId(1)
         func transport(_ n: UInt64, local: [UInt8], remote: [UInt8]) throws -> WebRtcTransport {
             let index = core.engine.addTransport(router: router, feedbackSsrc: UInt32(n))
-            let t = WebRtcTransport(id: TransportId(n), index: index, worker: core, now: monotonicNow())
-            t.connectDirectly(srtp: try SrtpSession(profile: .aeadAes128Gcm, localKeyAndSalt: local, remoteKeyAndSalt: remote),
-                              fd: sendFd, peer: peer, peerLength: UInt32(length))
+            let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: core.timeouts)
+            let t = WebRtcTransport(id: TransportId(n), index: index, worker: core, secure: secure)
+            guard t.connectDirectly(profile: .aeadAes128Gcm, local: local, remote: remote,
+                                    sender: DatagramSender(fd: sendFd, peer: peer, peerLength: UInt32(length))) == .connected
+            else { throw WorkerError.transport("benchmark SRTP keys") }
             core.adopt(t)
             return t
         }

@@ -22,7 +22,7 @@ final class WorkerInbox<Core>: @unchecked Sendable {
     typealias Job = @Sendable (Core) -> Void
     private let jobs = Mutex<[Job]>([])
     /// The batch being run: touched only by the worker thread (`runJobs`). Swapped with `jobs`
-    /// under the lock, so neither array is copied and, once both have grown, nothing allocates.
+    /// under the lock, so neither array is copied (posting a job still allocates its closure).
     private var running: [Job] = []
     let context: OpaquePointer   // GMainContext*, owned by the worker thread
     init(context: OpaquePointer) { self.context = context }
@@ -32,7 +32,9 @@ final class WorkerInbox<Core>: @unchecked Sendable {
         g_main_context_wakeup(context)
     }
 
-    /// Runs every job posted so far, in order, on the calling (worker) thread. Allocation-free.
+    /// Runs every job posted so far, in order, on the calling (worker) thread. Takes the lock
+    /// once per call (once per worker loop iteration) to swap the queue; the drain itself does
+    /// not allocate (the jobs it runs may).
     func runJobs(_ core: Core) {
         jobs.withLock { swap(&$0, &running) }
         guard !running.isEmpty else { return }
@@ -53,3 +55,9 @@ final class WorkerInbox<Core>: @unchecked Sendable {
         }
     }
 }
+
+/// A new `GMainContext` for a worker core driven by hand on the calling thread (tests, the
+/// benchmark rig); give it back with `releaseMainContext`.
+func makeMainContext() -> OpaquePointer? { g_main_context_new() }
+
+func releaseMainContext(_ context: OpaquePointer) { g_main_context_unref(context) }

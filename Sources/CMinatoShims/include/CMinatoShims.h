@@ -26,12 +26,16 @@ gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip);
 /// socket (TCP, TURN relay: use nice_agent_send then).
 int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_id,
                              struct sockaddr_storage *remote, unsigned int *remote_len);
-/// Sends `n` datagrams (bufs[i], lens[i]; at most 64) to one destination with one sendmmsg
-/// (non-blocking, EINTR retried). With `gso`, runs of equal-size datagrams go as one UDP GSO
-/// message each (UDP_SEGMENT; the kernel splits them). Returns how many datagrams the kernel
-/// took, -1 on error, or -2 when GSO is unsupported (nothing was sent; retry without).
+/// Sends `n` datagrams (bufs[i], lens[i]; at most 64) to one destination with sendmmsg
+/// (non-blocking, EINTR retried; `to_len` 0: the socket's connected peer). With `gso`, runs of
+/// equal-size datagrams go as one UDP GSO message each (UDP_SEGMENT; the kernel splits them).
+/// A message the kernel refuses alone (EPERM, ECONNREFUSED, EMSGSIZE…) is skipped and the rest
+/// sent; a full socket (EAGAIN, ENOBUFS) ends the batch. `sent[i]` is set to 1 for each datagram
+/// the kernel took and 0 for each it did not. Returns how many it took, or -2 when GSO is
+/// unsupported (nothing was sent; retry without).
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
-                      void *const *bufs, const size_t *lens, unsigned int n, int gso);
+                      void *const *bufs, const size_t *lens, unsigned int n, int gso,
+                      unsigned char *sent);
 
 /// Names the calling thread for the kernel (pthread_setname_np is a GNU extension Swift does not
 /// import); at most 15 bytes are kept.
@@ -45,6 +49,14 @@ long minato_dtls_timeout_ms(SSL *ssl);
 int minato_dtls_handle_timeout(SSL *ssl);
 /// BIO_set_mem_eof_return(bio, -1): an empty memory BIO means "retry", not EOF.
 void minato_bio_mem_retry_when_empty(BIO *bio);
+/// A constant DTLS retransmission timeout instead of OpenSSL's 1 s doubling to 60 s (tests:
+/// OpenSSL times its retransmissions on the real clock, so tests shorten them to wait less).
+/// OpenSSL treats a timer with less than 15 ms left as expired, so use 15 ms or more.
+void minato_dtls_fixed_timeout(SSL *ssl, unsigned int microseconds);
+/// Whether the oldest queued OpenSSL error is DTLS giving up its retransmissions
+/// (SSL_R_READ_TIMEOUT_EXPIRED: OpenSSL may hit it inside SSL_do_handshake as well as in
+/// DTLSv1_handle_timeout).
+int minato_ssl_error_is_read_timeout(void);
 /// SSL_CTX_set_min_proto_version(ctx, DTLS1_2_VERSION) and friends.
 int minato_ssl_ctx_dtls12(SSL_CTX *ctx);
 /// SSL_OP_CIPHER_SERVER_PREFERENCE and SSL_CTX_set_read_ahead(ctx, 1) (both macros).
