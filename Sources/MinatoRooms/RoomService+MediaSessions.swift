@@ -211,12 +211,18 @@ extension RoomService {
 
     /// A new WHIP/WHEP session may start: within `whip.maxNewSessionsPerSecPerAddress` for its
     /// client address (429; first, so one address's flood is refused as such), and under
-    /// `whip.maxSessions` on the server (503). Checked before anything is parsed or made.
+    /// `whip.maxSessions` on the server (503). Checked before anything is parsed or made; the
+    /// session count again where the session is committed (`joinSession`).
     func admitSession(from address: String) throws(RoomError) {
         guard sessionStarts.admit(address, now: clock.now) else {
             throw RoomError.limitExceeded(
                 "This address started \(configuration.maxNewMediaSessionsPerSecPerAddress) sessions in the last second (whip.maxNewSessionsPerSecPerAddress); wait a second.")
         }
+        try checkSessionCount()
+    }
+
+    /// Under `whip.maxSessions` on the server (503).
+    private func checkSessionCount() throws(RoomError) {
         guard mediaSessions.count < configuration.maxMediaSessions else {
             throw RoomError(code: 503, name: "limitExceeded",
                             detail: "The server has its maximum of \(configuration.maxMediaSessions) WHIP/WHEP sessions (whip.maxSessions); try again later.")
@@ -283,9 +289,18 @@ extension RoomService {
         // while its old session may still wait for its transport timeout: a WHIP session of that
         // name is replaced (reason `replaced`); any other member of that name is not.
         let replace = r.kind == .ingest && room.members.contains { $0.name == name && $0.mediaSession?.egress.isEmpty == true }
+        // Other sessions may have started while this request read its offer: `whip.maxSessions`
+        // again, before the member joins (no events for a refused session)…
+        try checkSessionCount()
         let joined = try await join(JoinRequest(roomId: room.id, name: name, replace: replace, type: "bot"), from: channel)
         guard case .object(let o) = joined.member, let id = o["id"]?.stringValue, let member = room.member(id) else {
             throw RoomError.internalError("The session's member could not be made.")
+        }
+        // …and where the session is committed, in case `join` suspended (it does only to check a
+        // room password, which a session never sends).
+        do { try checkSessionCount() } catch {
+            removeMember(member, from: room, reason: "left")
+            throw error
         }
         let secret = Self.randomHex(Self.sessionSecretDigits)
         member.mediaSession = MediaSession(secret: secret, etag: "\"" + Self.randomHex(16) + "\"")
@@ -318,6 +333,8 @@ extension RoomService {
               let i = session.egress.firstIndex(where: { $0.kind == pub.contentType && $0.subscriptionId == nil }),
               session.egress[i].codec.codec == pub.stream.codec.codec.codec,
               let producer = pub.producer, let tid = member.recv.description?.id else { return }
+        // The publication may have ended while the caller awaited the worker.
+        guard room.publications.contains(where: { $0 === pub }) else { return }
         if room.subscriptions.filter({ $0.publicationId == pub.id }).count >= pub.maxSubscribers {
             throw RoomError.maxSubscribersExceeded(pub.maxSubscribers)
         }

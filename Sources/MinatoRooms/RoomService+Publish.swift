@@ -38,12 +38,17 @@ extension RoomService {
         guard m.port != 0, m.direction == .sendonly || m.direction == .sendrecv else {
             throw RoomError.invalidParameter("m-line '\(mid)' must be sendonly (or sendrecv) to publish.")
         }
-        if room.publications.contains(where: { $0.publisherId == member.id && $0.stream.mid == mid }) {
-            throw RoomError.invalidParameter("m-line '\(mid)' is published already; unpublish it first.")
+        /// The member's publications may change while this request waits (for its transport and
+        /// its producer): checked here, and again where the publication is committed.
+        func check() throws(RoomError) {
+            if room.publications.contains(where: { $0.publisherId == member.id && $0.stream.mid == mid }) {
+                throw .invalidParameter("m-line '\(mid)' is published already; unpublish it first.")
+            }
+            guard room.publications.filter({ $0.publisherId == member.id }).count < configuration.maxPublicationsPerMember else {
+                throw .limitExceeded("A member may have at most \(configuration.maxPublicationsPerMember) publications (rooms.maxPublicationsPerMember).")
+            }
         }
-        guard room.publications.filter({ $0.publisherId == member.id }).count < configuration.maxPublicationsPerMember else {
-            throw RoomError.limitExceeded("A member may have at most \(configuration.maxPublicationsPerMember) publications (rooms.maxPublicationsPerMember).")
-        }
+        try check()
         let stream = try SdpNegotiation.publishedStream(m)
         let layers = try Self.simulcastLayers(rids: stream.rids, encodings: encodings, max: configuration.maxEncodings)
         let (local, answer) = try await answerSendOffer(sd, remote: parsed?.remote, answers: parsed?.answers ?? true, of: member, in: room)
@@ -65,6 +70,11 @@ extension RoomService {
         guard !member.removed, rooms.contains(where: { $0 === room }) else {
             workers[room.worker].post { $0.removeProducer(producer) }
             throw RoomError.memberNotFound(member.id)
+        }
+        // Committed from here on, with no suspension: a request refused now leaves no producer.
+        do { try check() } catch {
+            workers[room.worker].post { $0.removeProducer(producer) }
+            throw error
         }
         // Simulcast without `encodings`: the layers are the publication's encodings, so
         // subscribers can name them (`preferredEncodingId`).
