@@ -32,7 +32,8 @@ public protocol RtpSink: AnyObject {
 }
 
 /// Sends one source's packets on a connection: polls the source on the worker, writes the
-/// SSRC, protects in place, sends. One preallocated buffer; nothing allocates per packet.
+/// SSRC, protects in place, sends. One preallocated buffer and no Swift allocation per packet
+/// (Debian's NSS-based libsrtp2 still mallocs inside each `srtp_protect`).
 /// Worker-confined. (The room API makes these; use one directly to send on a bare
 /// `ClientConnection`, as the benchmark does against other servers.)
 public final class OutboundStream<Source: RtpSource> {

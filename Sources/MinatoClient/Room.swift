@@ -320,7 +320,7 @@ public actor LocalSFURoomMember {
 
     private func startKeepalive() {
         keepaliveTask?.cancel()
-        let channel = self.channel, memberId = id, period = max(1, request.keepaliveIntervalSec / 3)
+        let channel = self.channel, memberId = id, period = Self.keepalivePeriodSec(interval: request.keepaliveIntervalSec)
         var keepalive: [String: JSON] = ["memberId": .string(memberId)]
         if let reconnectSecret { keepalive["reconnectSecret"] = .string(reconnectSecret) }
         let params = JSON.object(keepalive)
@@ -556,7 +556,7 @@ public actor LocalSFURoomMember {
                     return
                 }
                 try? await Task.sleep(for: delay)
-                delay = min(delay * 2, .seconds(5))
+                delay = Self.nextRejoinDelay(after: delay)
             }
         }
         rejoining = false
@@ -564,6 +564,13 @@ public actor LocalSFURoomMember {
         connectionSink.yield(.reconnected(reason: reason, publications: publications, subscriptions: subscriptions,
                                           missing: missing))
     }
+
+    /// Seconds between two keepalives for a member joined with `interval`: a third of it, at
+    /// least 1.
+    static func keepalivePeriodSec(interval: Int) -> Int { max(1, interval / 3) }
+
+    /// The wait after a failed rejoin attempt that followed a wait of `delay`: doubled, up to 5 s.
+    static func nextRejoinDelay(after delay: Duration) -> Duration { min(delay * 2, .seconds(5)) }
 
     /// Errors a rejoin tries again after: the cluster may answer otherwise in a moment.
     private static func worthRetrying(_ error: any Error) -> Bool {

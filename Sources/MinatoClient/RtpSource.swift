@@ -65,8 +65,6 @@ public final class SyntheticVideoSource: RtpSource, @unchecked Sendable {
     private var nextFrameAt: UInt64 = 0
     private var lastKeyFrameAt: UInt64 = 0
     private var keyFrameWanted = true
-    /// VP8 payload descriptor (1 byte) + VP8 payload header (3 bytes, first packet of a frame).
-    static let descriptorLength = 1
 
     public init(bitrate: Int = 1_000_000, fps: Int = 30, packetSize: Int = 1200, keyFrameIntervalSec: Int = 2,
                 keyFrameScale: Int = 3, codec: RtpCodec = .vp8) {

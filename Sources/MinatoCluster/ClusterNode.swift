@@ -379,8 +379,6 @@ public actor ClusterNode {
         await renew()
     }
 
-    public var isDraining: Bool { record.state == .draining }
-
     static func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 }
 

@@ -129,9 +129,6 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .sendFailed: return "send_failed"
         }
     }
-
-    /// True for reasons counted per outgoing packet (after the engine queued it).
-    public var isSendSide: Bool { rawValue >= DropReason.transportClosed.rawValue }
 }
 
 public enum MediaError: Error, Equatable, Sendable, CustomStringConvertible {

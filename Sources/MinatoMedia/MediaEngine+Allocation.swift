@@ -22,8 +22,9 @@ extension MediaEngine {
     /// first (they cannot go lower), then each simulcast consumer in turn gets the highest
     /// receiving layer within its preference that fits what is left (the lowest when none
     /// does); a paused producer costs nothing. When a consumer could take a higher layer than
-    /// the estimate allows, a probe at the rate that layer needs is started (at most every
-    /// 2 s; later after failures) with padding on that consumer's RTX stream.
+    /// the estimate allows, a probe at the rate that layer needs is started with padding on
+    /// that consumer's RTX stream, no sooner than `SendSideEstimator.nextProbeAllowed` (1 s
+    /// after the last probe ended when it succeeded, 6 s after a failure, 8 s after more).
     func allocate(transport t: Int, now: Nanoseconds) {
         // Fields read one by one: a copy of the estimator would share its history buffers, and
         // the next packet recorded in them would then copy them (an allocation).

@@ -57,8 +57,6 @@ public actor RoomService {
         self.verifier = verifier
     }
 
-    public var authEnabled: Bool { verifier != nil }
-
     /// Sets who is told when a room opens or closes (called on the actor, in order).
     public func setRoomObserver(_ observer: (@Sendable (RoomLifecycle) -> Void)?) { roomObserver = observer }
 

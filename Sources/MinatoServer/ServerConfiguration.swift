@@ -164,7 +164,8 @@ public struct ServerConfiguration: Sendable {
     /// Applies `MINATO_…` variables; a `MINATO_` variable that names no key is an error.
     public mutating func apply(environment: [String: String]) throws(ConfigurationError) {
         for (name, value) in environment.sorted(by: { $0.key < $1.key }) where name.hasPrefix("MINATO_") {
-            if name == "MINATO_BIN" || name == "MINATO_CONFIG" { continue }
+            // The test harness's own variables (which binaries to run), not configuration.
+            if name == "MINATO_BIN" || name == "MINATO_CLIENT_BIN" || name == "MINATO_CONFIG" { continue }
             guard let key = ConfigKey.all.first(where: { $0.environmentName == name }) else {
                 throw ConfigurationError(message: "environment variable \(name) names no configuration key; "
                     + "known: \(ConfigKey.all.map(\.environmentName).joined(separator: ", "))")

@@ -1,17 +1,3 @@
-/// A synchronization source identifier (RFC 3550 §3). A plain value; any thread.
-public struct Ssrc: Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: UInt32
-    @inlinable public init(_ v: UInt32) { rawValue = v }
-    public var description: String { String(rawValue) }
-}
-
-/// An RTP payload type, 0...127 on the wire (RFC 3550 §5.1). A plain value; any thread.
-public struct PayloadType: Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: UInt8
-    @inlinable public init(_ v: UInt8) { rawValue = v }
-    public var description: String { String(rawValue) }
-}
-
 /// The 16-bit RTP sequence number as it appears on the wire. Comparisons are modulo 2^16
 /// (RFC 1982 serial number arithmetic): use `isNewer(than:)` / `distance(to:)`, never `<`.
 public struct SequenceNumber: Hashable, Sendable, CustomStringConvertible {

@@ -4,7 +4,6 @@ public enum RtcpPacketType {
     public static let receiverReport: UInt8 = 201
     public static let sourceDescription: UInt8 = 202
     public static let goodbye: UInt8 = 203
-    public static let applicationDefined: UInt8 = 204
     /// Transport-layer feedback (RFC 4585): FMT 1 generic NACK, FMT 15 transport-wide CC.
     public static let transportFeedback: UInt8 = 205
     /// Payload-specific feedback (RFC 4585): FMT 1 PLI, FMT 4 FIR, FMT 15 REMB (AFB).

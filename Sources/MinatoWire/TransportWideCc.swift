@@ -89,8 +89,6 @@ public struct TransportFeedback: Sequence {
     /// The feedback sender's 8-bit count of feedback packets, to detect lost feedback.
     @inlinable public var feedbackCount: UInt8 { bytes[19] }
 
-    @inlinable public var underestimatedCount: Int { statusCount }
-
     /// The packet status count that `p` claims, read from its header without validating
     /// anything else (to price a feedback packet before walking it); nil when `p` is not a
     /// transport-wide feedback packet of at least 16 bytes.

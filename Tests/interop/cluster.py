@@ -1,5 +1,5 @@
-"""Several Minato nodes and one Redis on one machine, each on a "host" of its own (TESTING.md
-"Several hosts on one machine", CLUSTER.md "How it is tested on one machine").
+"""Several Minato nodes and one Redis on one machine, each on a "host" of its own: a network
+namespace joined by a veth pair to a bridge (README.md "The two commands", docs/architecture.md "Cluster").
 
     with Cluster(3) as c:                     # namespaces, bridge and veth pairs; nothing runs yet
         c.start_redis()                       # redis-server in its namespace, 198.18.2.2:6379
@@ -82,7 +82,7 @@ def env_name(path: str) -> str:
     return "MINATO_" + "_".join(re.sub(r"([A-Z])", r"_\1", part).upper() for part in path.split("."))
 
 
-# The cluster's configuration keys (CLUSTER.md; `cluster.advertiseUrl`, `cluster.drainTimeoutSec`
+# The cluster's configuration keys (config/minato.yaml; `cluster.advertiseUrl`, `cluster.drainTimeoutSec`
 # are named so in Sources/MinatoCluster). Their variables come from env_name:
 # MINATO_CLUSTER_REDIS_URL, MINATO_CLUSTER_NODE_ID, MINATO_CLUSTER_ADVERTISE_URL, ...
 KEY_REDIS_URL = "cluster.redisUrl"

@@ -16,9 +16,9 @@
   every command first switches Marionette to the page's window (without focusing it).
 - `session(label)`: a Firefox with IPv6 disabled while it runs, closed at the end.
 - `ipv6_disabled()`: while Firefox runs, IPv6 is off in the test's (loopback-only) namespace, or
-  Firefox also gathers ::1 candidates (TESTING.md). Restored afterwards.
+  Firefox also gathers ::1 candidates (docs/sdk.md "Tests"). Restored afterwards.
 
-Traps (TESTING.md "Firefox ESR"): without `permissions.default.camera/microphone=1` Firefox with
+Traps (docs/sdk.md "Tests"): without `permissions.default.camera/microphone=1` Firefox with
 fake devices gathers no candidates in an lo-only namespace; without
 MOZ_DISABLE_NONLOCAL_CONNECTIONS=1 ESR ignores the blanked remote-settings URL and keeps trying to
 reach Mozilla; there is no H264 (OpenH264 is a download that is disabled), so Firefox is VP8/VP9/AV1.

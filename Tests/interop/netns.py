@@ -1,5 +1,5 @@
 """A second "host" for interop tests: a network namespace joined to the test's own by a veth pair
-(TESTING.md "Several hosts on one machine"), with an nftables policer on its input.
+(README.md "The two commands"), with an nftables policer on its input.
 
     with Lab() as lab:                      # minato-sub-<pid>, 198.18.0.1/30 here, 198.18.0.2/30 there
         server listens on lab.host_addr     # (HTTP/WS and media: the far side reaches nothing else)

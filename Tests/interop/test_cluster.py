@@ -1,4 +1,4 @@
-"""Cluster mode (CLUSTER.md): three Minato nodes sharing one Redis, each on a host of its own
+"""Cluster mode (docs/architecture.md "Cluster"): three Minato nodes sharing one Redis, each on a host of its own
 (cluster.py), clients (aiortc, HTTP) on a fourth.
 
 (a) `GET /v1/nodes` on every node lists n1, n2, n3, serving, with their advertised URLs.

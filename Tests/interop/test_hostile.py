@@ -5,7 +5,7 @@ a socket that never reads, oversized `encodings`, admin requests with a foreign 
 non-JSON body, transports that never connect, keepalive values over the caps, event paging.
 
 For each probe the suite asserts the exact error name or close code of the contract
-(/work/contract-issue11.md, docs/protocol.md), that the server process is alive, that the
+(docs/protocol.md), that the server process is alive, that the
 subscriber kept decoding through the probe (> 0 frames and >= MIN_FPS on average), and that the
 server's RSS after the probe is at most its RSS before plus the probe's stated bound. Every probe
 prints one line `PROBE name rss_before_mb=… rss_after_mb=… frames_during=…` and the suite writes
