@@ -9,7 +9,10 @@ and every error status from a raw HTTP client.
     it follows the publisher: when the publisher unpublishes and publishes again, the same
     m-sections carry the new publication. The admin API kicks the player (memberLeft `kicked`).
 (c) Error statuses and ETag rules: 415, 400, 404, 405, 412, 428, 422, 204 (OPTIONS), with a
-    short text/plain body naming the problem.
+    short text/plain body naming the problem; a trickle fragment of 256 lines and 16 KiB is
+    taken, one byte more is 413 and one line more 429 (`limitExceeded`); a preflight from the
+    listed origin gets `Access-Control-Max-Age: 600`.
+(d) A session whose transport closed (the client's DTLS close): its DELETE is still 200, once.
 """
 from __future__ import annotations
 
@@ -27,6 +30,10 @@ from minato_client import Connection, Member, create_room, new_peer_connection, 
 from waiting import await_until
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# A page origin the server lists (CORS on the preflight); requests without Origin are unaffected.
+APP_ORIGIN = "http://app.example"
+MINATO_SERVER_ENV = {"MINATO_SERVER_ALLOWED_ORIGINS": APP_ORIGIN}
 
 
 @dataclass
@@ -210,6 +217,8 @@ def test_whep_player_watches_and_follows_a_republishing_member(server):
             rm = (await pub.conn.call("getRoom", {"roomId": room["id"]}))["room"]
             viewer = [m for m in rm["members"] if m["name"].startswith("whep-")]
             assert len(viewer) == 1 and viewer[0]["type"] == "bot", rm["members"]
+            assert re.fullmatch(r"whep-[0-9a-f]{8}", viewer[0]["name"]), viewer
+            assert re.fullmatch(r'"[0-9a-f]{16}"', player.etag or ""), r.headers
             subs = {s["publicationId"] for s in rm["subscriptions"] if s["subscriberId"] == viewer[0]["id"]}
             assert subs == {audio.id, video.id}, rm["subscriptions"]
 
@@ -247,6 +256,11 @@ def test_error_statuses_and_etag_rules(server):
                           404, "memberNotFound")
             opt = await ahttp("OPTIONS", f"{base}/whip/{room['name']}")
             assert opt.status == 204 and "POST" in (opt.header("allow") or ""), opt
+            # A preflight from a listed page: CORS, cached for 600 s (docs/protocol.md).
+            opt = await ahttp("OPTIONS", f"{base}/whip/{room['name']}",
+                              headers={"Origin": APP_ORIGIN, "Access-Control-Request-Method": "POST"})
+            assert opt.status == 204 and opt.header("access-control-allow-origin") == APP_ORIGIN, opt
+            assert opt.header("access-control-max-age") == "600", opt.headers
 
             # A WHEP player that offers only VP8 cannot decode the member's H264 camera: 422.
             vp8_only = new_peer_connection()
@@ -272,12 +286,28 @@ def test_error_statuses_and_etag_rules(server):
                                       "application/trickle-ice-sdpfrag", {"If-Match": "*"}), 422, "ICE restart")
             good = await ahttp("PATCH", url, ok, "application/trickle-ice-sdpfrag", {"If-Match": whip.etag})
             assert good.status == 204, good
+            # Fragment limits: 256 lines and 16 KiB are read; one byte more is 413, one line more 429.
+            lines = [f"a=x-unused-{k}".ljust(62, "x") + "\r\n" for k in range(256)]
+            assert len("".join(lines)) == 16 * 1024
+            frag_headers = {"If-Match": whip.etag}
+            full = await ahttp("PATCH", url, "".join(lines), "application/trickle-ice-sdpfrag", frag_headers)
+            assert full.status == 204, full
+            over = await ahttp("PATCH", url, "y" + "".join(lines), "application/trickle-ice-sdpfrag", frag_headers)
+            assert_status(over, 413, "limitExceeded")
+            more = await ahttp("PATCH", url, "".join(f"a=x-{k}\r\n" for k in range(257)),
+                               "application/trickle-ice-sdpfrag", frag_headers)
+            assert_status(more, 429, "limitExceeded")
+            assert "256" in more.text, more.text
+            # The session's URL is 32 hex digits, its ETag 16 in quotes (the POST above had no ?name=).
+            assert re.fullmatch(r"/whip/session/[0-9a-f]{32}", whip.location or ""), whip.location
+            assert re.fullmatch(r'"[0-9a-f]{16}"', whip.etag or ""), whip.etag
             assert_status(await ahttp("GET", url), 405, "PATCH")
             assert_status(await ahttp("PATCH", f"{base}/whip/session/{'0' * 32}", ok, "application/trickle-ice-sdpfrag",
                                       {"If-Match": "*"}), 404, "sessionNotFound")
             # The server still serves: the WHIP member is in the room, and DELETE works.
             rm = (await pub.conn.call("getRoom", {"roomId": room["id"]}))["room"]
-            assert any(m["name"].startswith("whip-") for m in rm["members"]), rm["members"]
+            named = [m["name"] for m in rm["members"] if m["name"].startswith("whip-")]
+            assert len(named) == 1 and re.fullmatch(r"whip-[0-9a-f]{8}", named[0]), rm["members"]
             assert (await ahttp("DELETE", url)).status == 200
         finally:
             await whip.close()
@@ -321,5 +351,33 @@ def test_a_reconnecting_broadcaster_replaces_its_old_session(server):
             for w in (first, second, third):
                 await w.close()
             await person.close()
+
+    run_async(body(), timeout=60)
+
+
+def test_delete_after_the_transport_closed_is_200(server):
+    """A client's DTLS close can overtake its DELETE: the session ends with its transport
+    (memberLeft, reason `transportClosed`), and the DELETE that follows is still 200 — once (the
+    server remembers such a session for 30 s; the bound is unit-tested in WhipSessionTests)."""
+    async def body() -> None:
+        room = await create_room(server.url, unique_name("whipclose"))
+        watcher = await Member.join(server.url, room["id"], "watcher")
+        whip = WhipPublisher()
+        try:
+            start = len(watcher.conn.events)
+            r = await whip.post(f"{server.http}/whip/{room['name']}?name=obs")
+            assert r.status == 201, r
+            await await_until(lambda: whip.pc.connectionState == "connected", 15, "the WHIP client to connect",
+                              state=lambda: whip.pc.connectionState)
+            await whip.close()
+            ev = await watcher.conn.wait_event(lambda e: e["type"] == "memberLeft" and e["data"]["member"]["name"] == "obs",
+                                               30, start)
+            assert ev.get("reason") == "transportClosed", ev
+            d = await ahttp("DELETE", server.http + whip.location)
+            assert d.status == 200, d
+            assert_status(await ahttp("DELETE", server.http + whip.location), 404, "sessionNotFound")
+        finally:
+            await whip.close()
+            await watcher.close()
 
     run_async(body(), timeout=60)
