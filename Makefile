@@ -1,5 +1,9 @@
 # The two commands (README): `make run` and `make test`. Both install what is missing first.
 SWIFT ?= swift
+# libsrtp2 on OpenSSL, built by scripts/build-libsrtp.sh (make deps); pkg-config finds it here.
+LIBSRTP_OPENSSL_PREFIX ?= $(HOME)/.cache/minato/libsrtp2-openssl
+export LIBSRTP_OPENSSL_PREFIX
+export PKG_CONFIG_PATH := $(LIBSRTP_OPENSSL_PREFIX)/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 
 FUZZ_SECONDS ?= 600
 

@@ -38,10 +38,12 @@ let package = Package(
         // C libraries, found with pkg-config.
         .systemLibrary(name: "CNice", pkgConfig: "nice", providers: [.apt(["libnice-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
-        .systemLibrary(name: "CSRTP", pkgConfig: "libsrtp2", providers: [.apt(["libsrtp2-dev"])]),
+        // libsrtp2 from Debian's source package built on OpenSSL (scripts/build-libsrtp.sh; the
+        // Makefile puts its .pc on PKG_CONFIG_PATH), never Debian's NSS build.
+        .systemLibrary(name: "CSRTP", pkgConfig: "libsrtp2-openssl"),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
         // Macros and variadic C calls Swift cannot import.
-        .target(name: "CMinatoShims", dependencies: ["CNice", "COpenSSL"]),
+        .target(name: "CMinatoShims", dependencies: ["CNice", "COpenSSL", "CSRTP"]),
 
         // Wire: RTP/RTCP views and builders, RFC 7983 demux, SDP. Pure Swift, no I/O.
         .target(name: "MinatoWire", swiftSettings: strict),

@@ -12,6 +12,7 @@
 # build takes about 10 minutes on 2 cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/libsrtp-env.sh"   # libsrtp2 on OpenSSL (scripts/build-libsrtp.sh)
 cd "$ROOT"
 MODE="${1:-quick}"
 [ $# -gt 0 ] && shift

@@ -6,6 +6,7 @@
 # script checks the printed table itself.) Output: artifacts/bench-micro.txt.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/libsrtp-env.sh"   # libsrtp2 on OpenSSL (scripts/build-libsrtp.sh)
 mkdir -p "$ROOT/artifacts"
 out="$ROOT/artifacts/bench-micro.txt"
 (cd "$ROOT/bench" && swift package --disable-sandbox benchmark --no-progress) | tee "$out"

@@ -7,6 +7,7 @@
 # run happens inside a loopback-only network namespace.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/libsrtp-env.sh"   # libsrtp2 on OpenSSL (scripts/build-libsrtp.sh)
 SECONDS_EACH="${1:-600}"; shift || true
 [ "$SECONDS_EACH" -ge 1 ] 2>/dev/null || { echo "fuzz: SECONDS must be a positive number" >&2; exit 2; }
 TARGETS=("$@")

@@ -2,6 +2,7 @@
 #include "CMinatoShims.h"
 #include <errno.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -13,6 +14,7 @@
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <srtp2/srtp.h>
 
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling) {
     NiceAgentOption opts = NICE_AGENT_OPTION_ICE_TRICKLE;
@@ -170,4 +172,23 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
         done += (unsigned int)r;
     }
     return (int)packets;
+}
+
+struct minato_text { char *out; size_t capacity; size_t length; };
+
+static void minato_collect_srtp_log(srtp_log_level_t level, const char *msg, void *data) {
+    (void)level;
+    struct minato_text *t = data;
+    if (t->capacity == 0) return;
+    int n = snprintf(t->out + t->length, t->capacity - t->length, "%s\n", msg);
+    if (n > 0) t->length += (size_t)n < t->capacity - t->length ? (size_t)n : t->capacity - t->length - 1;
+}
+
+size_t minato_srtp_debug_modules(char *out, size_t capacity) {
+    struct minato_text t = { out, capacity, 0 };
+    if (capacity > 0) out[0] = 0;
+    srtp_install_log_handler(minato_collect_srtp_log, &t);
+    srtp_list_debug_modules();
+    srtp_install_log_handler(NULL, NULL);
+    return t.length;
 }

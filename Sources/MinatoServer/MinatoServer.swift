@@ -16,6 +16,11 @@ public import Prometheus
 /// Hummingbird application serving `/ws` (JSON-RPC signaling), `/healthz` and `/readyz`.
 /// Owns every worker; `run()` returns after a graceful shutdown (SIGTERM / SIGINT).
 public final class MinatoServer: Sendable {
+    /// `/readyz`: how long each media worker has to answer before the node is not ready.
+    static let readinessDeadline = Duration.seconds(2)
+    /// How often the server pings an open WebSocket (it closes one that stops answering).
+    static let webSocketPingPeriod = Duration.seconds(20)
+
     public let configuration: ServerConfiguration
     let logger: Logger
     let runtime: CryptoRuntime
@@ -39,6 +44,7 @@ public final class MinatoServer: Sendable {
             certificateFile: configuration.dtlsCertificateFile.isEmpty ? nil : configuration.dtlsCertificateFile,
             privateKeyFile: configuration.dtlsPrivateKeyFile.isEmpty ? nil : configuration.dtlsPrivateKeyFile)
         self.runtime = runtime
+        logger.info("SRTP by libsrtp2", metadata: ["crypto": "\(CryptoRuntime.srtpBackend)"])
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,
@@ -89,7 +95,7 @@ public final class MinatoServer: Sendable {
             for w in workers {
                 let alive = try? await withThrowingTaskGroup(of: Bool.self) { group in
                     group.addTask { try await w.perform { _ in true } }
-                    group.addTask { try await Task.sleep(for: .seconds(2)); return false }
+                    group.addTask { try await Task.sleep(for: MinatoServer.readinessDeadline); return false }
                     let first = try await group.next() ?? false
                     group.cancelAll()
                     return first
@@ -173,7 +179,7 @@ public final class MinatoServer: Sendable {
                 inner: HTTP1WebSocketUpgradeChannel(
                     responder: responder, webSocketResponder: wsResponder,
                     configuration: .init(http1: .init(idleTimeout: idleTimeout),
-                                         ws: .init(maxFrameSize: maxWebSocketFrame, autoPing: .enabled(timePeriod: .seconds(20))))),
+                                         ws: .init(maxFrameSize: maxWebSocketFrame, autoPing: .enabled(timePeriod: MinatoServer.webSocketPingPeriod)))),
                 gate: gate, origins: origins, firstRequestTimeout: idleTimeout)
         }
         let app = Application(

@@ -1,6 +1,7 @@
 internal import COpenSSL
 internal import CSRTP
 internal import CMinatoShims
+internal import Foundation
 
 /// Process-wide crypto state: libsrtp initialisation, the server's DTLS certificate and key,
 /// the shared `SSL_CTX`, and the custom BIO method DTLS writes through.
@@ -63,9 +64,33 @@ public final class CryptoRuntime: @unchecked Sendable {
         self.fingerprint = "sha-256 " + (Self.digest(of: cert, algorithm: "sha-256") ?? "")
     }
 
+    /// The crypto backend of the linked libsrtp2, from the names of its crypto modules:
+    /// "OpenSSL" (what scripts/build-libsrtp.sh builds), "NSS" (Debian's binary package), or
+    /// "unknown". Initialises libsrtp first if no runtime did.
+    public static var srtpBackend: String {
+        let names = srtpCryptoModules
+        if names.contains(where: { $0.split(separator: " ").contains { $0 == "openssl" || $0 == "ossl" } }) { return "OpenSSL" }
+        if names.contains(where: { $0.split(separator: " ").contains("nss") }) { return "NSS" }
+        return "unknown"
+    }
+
+    /// libsrtp2's debug module names ("aes icm ossl", "hmac sha-1 openssl", …).
+    static var srtpCryptoModules: [String] {
+        _ = srtpInitStatus
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = minato_srtp_debug_modules(&buffer, buffer.count)
+        let text = String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        // One name per message, each followed by its state ("(off)"/"(on)") as another.
+        return text.split(separator: "\n").compactMap { line in
+            let name = line.trimmingCharacters(in: .whitespaces)
+            guard !name.isEmpty, !name.hasSuffix(":"), !name.hasPrefix("(") else { return nil }
+            return name
+        }
+    }
+
     /// libsrtp2 is initialised once per process (a second `srtp_init` fails); a process may
     /// hold several runtimes (a client with several contexts, tests).
-    private static let srtpInitStatus: srtp_err_status_t = srtp_init()
+    static let srtpInitStatus: srtp_err_status_t = srtp_init()
 
     static func generate() throws -> (OpaquePointer, OpaquePointer) {
         guard let key = minato_ec_p256_key() else { throw Failure.openssl("EC P-256 key generation") }

@@ -22,8 +22,8 @@ public enum SrtpProfile: Sendable, Equatable {
 /// Every call protects or unprotects in place in the caller's buffer. No Swift allocation;
 /// Debian's libsrtp2 does its AES through NSS, which allocates a little inside
 /// `srtp_protect`/`srtp_unprotect` (counted and bounded in bench/malloc-allowances.txt).
-/// Public for the micro benchmarks (header rewrite + protect); libsrtp must be initialised
-/// first, which making a `CryptoRuntime` does.
+/// Public for the micro benchmarks (header rewrite + protect); the first session initialises
+/// libsrtp (once per process) if no `CryptoRuntime` did.
 public final class SrtpSession {
     private let inbound: srtp_t
     private let outbound: srtp_t
@@ -39,6 +39,9 @@ public final class SrtpSession {
 
     public init(profile: SrtpProfile, localKeyAndSalt: [UInt8], remoteKeyAndSalt: [UInt8]) throws {
         self.profile = profile
+        guard CryptoRuntime.srtpInitStatus == srtp_err_status_ok else {
+            throw Failure.create(Int32(CryptoRuntime.srtpInitStatus.rawValue))
+        }
         let expected = profile.keyLength + profile.saltLength
         for k in [localKeyAndSalt, remoteKeyAndSalt] where k.count != expected { throw Failure.keyLength(k.count) }
         func make(_ keyAndSalt: [UInt8], _ type: srtp_ssrc_type_t) throws -> srtp_t {

@@ -64,4 +64,9 @@ void minato_ssl_ctx_server_preference_read_ahead(SSL_CTX *ctx);
 /// SSL_set_mtu + SSL_OP_NO_QUERY_MTU.
 void minato_ssl_set_mtu(SSL *ssl, long mtu);
 
+/// libsrtp's debug module names ("aes icm ossl", "hmac sha-1 openssl", … or "… nss"), one per
+/// line, into `out` (NUL-terminated, cut at `capacity`): which crypto backend the linked
+/// libsrtp2 was built with. Call after srtp_init, not concurrently with other libsrtp logging.
+size_t minato_srtp_debug_modules(char *out, size_t capacity);
+
 #endif
