@@ -183,8 +183,11 @@ extension RoomService {
 
     func workerEvent(_ event: WorkerEvent) {
         switch event {
-        case .transportConnected(let id):
+        case .transportConnected(let id, let after):
             logger.debug("transport connected", metadata: ["transport": "\(id)"])
+            let (seconds, attoseconds) = after.components
+            Timer(label: "minato_transport_connect_seconds")
+                .recordNanoseconds(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000)
         case .transportClosed(let id, let reason):
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }

@@ -7,7 +7,8 @@ public import Logging
 
 /// What a media worker tells the control plane (through `MediaWorker.events`).
 public enum WorkerEvent: Sendable {
-    case transportConnected(TransportId)
+    /// ICE, DTLS and SRTP are up, `after` the transport was made.
+    case transportConnected(TransportId, after: Duration)
     case transportClosed(TransportId, reason: TransportCloseReason)
 }
 
@@ -435,10 +436,12 @@ public final class WorkerCore {
         switch update {
         case .none: break
         case .connected:
-            logger.debug("transport connected", metadata: ["transport": "\(t.id)"])
+            let after = monotonicNow() &- t.secure.createdAt
+            logger.debug("transport connected", metadata: [
+                "transport": "\(t.id)", "afterMs": "\(after / 1_000_000)", "dtlsHeldForIce": "\(t.handshakeDatagramsHeld)"])
             engine.restartConsumers(on: t.index, now: monotonicNow())
             flush()
-            eventSink.yield(.transportConnected(t.id))
+            eventSink.yield(.transportConnected(t.id, after: duration(after)))
         case .failed(let reason):
             guard transports[t.id] === t else { return }
             logger.info("transport failed", metadata: ["transport": "\(t.id)", "reason": "\(reason)"])

@@ -106,7 +106,10 @@ final class WebRtcTransport {
     // MARK: Inputs (libnice callbacks and the worker's timer, on the worker thread)
 
     func iceChanged(_ progress: IceProgress) -> TransportUpdate {
-        if progress == .connected { sender.reset() }
+        if progress == .connected {
+            sender.reset()
+            resendHeldHandshake()
+        }
         return sendingHandshake(secure.iceChanged(progress))
     }
 
@@ -124,15 +127,39 @@ final class WebRtcTransport {
 
     func handleTimeout(now: Nanoseconds) -> TransportUpdate { sendingHandshake(secure.handleTimeout(now: now)) }
 
-    /// Sends the DTLS datagrams `secure` queued (a handshake flight that fails to go out is
-    /// resent by the DTLS timer), then passes `update` on.
+    /// Sends the DTLS datagrams `secure` queued, then passes `update` on. A datagram libnice
+    /// cannot send yet is held for when ICE selects a pair: an ICE-lite agent has none until the
+    /// peer's nominating check, and a DTLS client whose own ICE finished first may send its
+    /// ClientHello before that; without holding the answer it would wait for the DTLS
+    /// retransmission timer (1 s in OpenSSL).
     private func sendingHandshake(_ update: TransportUpdate) -> TransportUpdate {
         while let d = secure.pollDatagram() {
             guard let ice else { continue }
-            _ = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } }
+            let sent = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } ?? false }
+            if !sent {
+                if heldHandshake.count == Self.maxHeldHandshake { heldHandshake.removeFirst() }
+                heldHandshake.append(d)
+            }
         }
         return update
     }
+
+    private func resendHeldHandshake() {
+        guard let ice, !heldHandshake.isEmpty else { return }
+        let held = heldHandshake
+        heldHandshake.removeAll()
+        for d in held {
+            _ = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } }
+        }
+        handshakeDatagramsHeld &+= held.count
+    }
+
+    /// DTLS datagrams held until ICE could send them (at most `maxHeldHandshake`, oldest dropped:
+    /// the DTLS timer resends a flight anyway).
+    private var heldHandshake: [[UInt8]] = []
+    static let maxHeldHandshake = 16
+    /// How many held DTLS datagrams went out once ICE was up (for tests and logs).
+    private(set) var handshakeDatagramsHeld = 0
 
     // MARK: Sending
 
@@ -160,7 +187,10 @@ final class WebRtcTransport {
         return true
     }
 
-    func selectedPairChanged() { sender.reset() }
+    func selectedPairChanged() {
+        sender.reset()
+        resendHeldHandshake()
+    }
 
     /// Connects this transport without libnice or DTLS: SRTP keyed directly and a UDP socket to
     /// send on (`WorkerBenchmarkRig` only).
