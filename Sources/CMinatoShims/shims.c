@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -191,4 +194,17 @@ size_t minato_srtp_debug_modules(char *out, size_t capacity) {
     srtp_list_debug_modules();
     srtp_install_log_handler(NULL, NULL);
     return t.length;
+}
+
+uint64_t minato_last_arrival_ns(int fd) {
+    struct timespec ts;
+    if (ioctl(fd, SIOCGSTAMPNS, &ts) != 0) return 0;
+    struct timespec real, mono;
+    clock_gettime(CLOCK_REALTIME, &real);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    int64_t stamp = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    int64_t offset = ((int64_t)real.tv_sec * 1000000000 + real.tv_nsec)
+                   - ((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
+    int64_t arrival = stamp - offset;
+    return arrival > 0 ? (uint64_t)arrival : 0;
 }

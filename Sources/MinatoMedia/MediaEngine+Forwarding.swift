@@ -6,8 +6,11 @@ extension MediaEngine {
     /// Forwards one clear RTP packet received on `transport` to every consumer of its producer.
     /// RTX from a publisher (its `rtxSsrc`) is turned back into the original packet in place
     /// (RFC 4588: the original sequence number is the payload's first two bytes) and then
-    /// handled like any other packet.
-    public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds) {
+    /// handled like any other packet. `arrival`, when not 0, is when the packet reached the
+    /// host (the kernel's receive time, on the `now` clock): transport-wide feedback reports
+    /// it instead of `now`, which is when the worker got to the packet (later, after a stall).
+    public func handleRtp(from transport: TransportIndex, packet: UnsafeMutableRawBufferPointer, now: Nanoseconds,
+                          arrival: Nanoseconds = 0) {
         rtpPacketsReceived &+= 1
         rtpBytesReceived &+= UInt64(packet.count)
         guard isActive(transport) else { drops[DropReason.unknownSsrc.rawValue] &+= 1; return }
@@ -26,7 +29,7 @@ extension MediaEngine {
         // and padding probes too), whatever happens to it next.
         if transports[t].transportSequenceId != 0,
            let sequence = view.transportSequenceNumber(id: transports[t].transportSequenceId) {
-            transports[t].feedbackRecorder?.received(sequence, at: now)
+            transports[t].feedbackRecorder?.received(sequence, at: arrival != 0 ? arrival : now)
             if feedbackDeadline == .max { feedbackDeadline = now &+ Self.feedbackInterval }
         }
         if found >= 0 {

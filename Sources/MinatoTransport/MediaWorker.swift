@@ -316,7 +316,7 @@ public final class WorkerCore {
         let now = monotonicNow()
         switch t.received(datagram, now: now, engine: engine) {
         case .rtp(let packet):
-            engine.handleRtp(from: t.index, packet: packet, now: now)
+            engine.handleRtp(from: t.index, packet: packet, now: now, arrival: t.kernelArrival(now: now))
             flushIfFull()
         case .rtcp(let packet):
             engine.handleRtcp(from: t.index, packet: packet, now: now)

@@ -123,6 +123,20 @@ final class WebRtcTransport {
         return outcome
     }
 
+    /// When the RTP packet just received reached the host: the kernel's timestamp of the last
+    /// datagram on the selected pair's UDP socket (libnice hands each datagram over as soon as
+    /// it read it), if it is plausible (not after `now`, at most 1 s before); else 0 (`now`
+    /// then stands for it). After the worker was kept from running, packets that waited in the
+    /// socket buffer keep their real spacing in the feedback a publisher's estimator reads.
+    @inline(__always)
+    func kernelArrival(now: Nanoseconds) -> Nanoseconds {
+        if !sender.isResolved, let ice { sender.resolve(ice) }
+        guard sender.fd >= 0 else { return 0 }
+        let arrival = minato_last_arrival_ns(sender.fd)
+        guard arrival != 0, arrival <= now, now &- arrival <= 1_000_000_000 else { return 0 }
+        return arrival
+    }
+
     func deadline(now: Nanoseconds) -> Nanoseconds { secure.deadline(now: now) }
 
     func handleTimeout(now: Nanoseconds) -> TransportUpdate { sendingHandshake(secure.handleTimeout(now: now)) }

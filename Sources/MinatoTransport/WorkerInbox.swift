@@ -1,6 +1,6 @@
 internal import CNice
 internal import MinatoMedia
-internal import Synchronization
+internal import Foundation
 
 /// A duration in whole nanoseconds for the worker's timers: negative is 0 (disabled), and
 /// anything beyond UInt64 nanoseconds (584 years) saturates. Never traps.
@@ -20,7 +20,11 @@ struct UncheckedBox<T>: @unchecked Sendable { let value: T; init(_ v: T) { value
 /// current iteration. Everything else of the worker is confined to its thread.
 final class WorkerInbox<Core>: @unchecked Sendable {
     typealias Job = @Sendable (Core) -> Void
-    private let jobs = Mutex<[Job]>([])
+    /// Guards `jobs`. A pthread mutex (`NSLock`) rather than `Synchronization.Mutex`, whose
+    /// futex ThreadSanitizer cannot see: under `make sanitize` it reported every post/run pair
+    /// as a race.
+    private let lock = NSLock()
+    private var jobs: [Job] = []
     /// The batch being run: touched only by the worker thread (`runJobs`). Swapped with `jobs`
     /// under the lock, so neither array is copied (posting a job still allocates its closure).
     private var running: [Job] = []
@@ -28,7 +32,9 @@ final class WorkerInbox<Core>: @unchecked Sendable {
     init(context: OpaquePointer) { self.context = context }
 
     func post(_ job: @escaping Job) {
-        jobs.withLock { $0.append(job) }
+        lock.lock()
+        jobs.append(job)
+        lock.unlock()
         g_main_context_wakeup(context)
     }
 
@@ -36,7 +42,9 @@ final class WorkerInbox<Core>: @unchecked Sendable {
     /// once per call (once per worker loop iteration) to swap the queue; the drain itself does
     /// not allocate (the jobs it runs may).
     func runJobs(_ core: Core) {
-        jobs.withLock { swap(&$0, &running) }
+        lock.lock()
+        swap(&jobs, &running)
+        lock.unlock()
         guard !running.isEmpty else { return }
         var i = 0
         while i < running.count {

@@ -62,4 +62,29 @@ import MinatoWire
         #expect(next.map(\.base) == [4])
         #expect(next.first?.arrivals.count == 1)
     }
+
+    @Test("packets read together after a stall are reported at their kernel arrival times, not the read time")
+    func kernelArrivalTimesKeepThePublishersSpacing() throws {
+        let h = EngineHarness()
+        var params = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, payloadType: 96, clockRate: 90_000,
+                                        codec: .vp8, keyFrameRequest: .pli)
+        params.transportSequenceExtensionId = Self.twccId
+        _ = try h.engine.addProducer(params)
+        h.now = 64_000_000 * 100
+        // Three packets that reached the host 1 ms apart, all read by the worker 40 ms later.
+        let readAt = h.now + 40_000_000
+        for (i, at) in [Nanoseconds(0), 1_000_000, 2_000_000].enumerated() {
+            var bytes = Self.packet(ssrc: 0x1111, seq: UInt16(i), transportSequence: UInt16(10 + i))
+            bytes.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: readAt, arrival: h.now + at) }
+        }
+        // A fourth without a kernel time (0): its read time stands for it.
+        var last = Self.packet(ssrc: 0x1111, seq: 3, transportSequence: 13)
+        last.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: readAt) }
+        _ = h.drain()
+        h.engine.handleTimeout(now: readAt + 50_000_000)
+        let r = try #require(Self.feedback(h.drain()).first)
+        #expect(r.reference == 100, "the first arrival, not the read time, is the reference")
+        // 1 ms = 4 ticks of 250 µs; the fourth arrived 38 ms after the third (152 ticks).
+        #expect(r.arrivals.map(\.1) == [.init(delta: 0), .init(delta: 4), .init(delta: 4), .init(delta: 152)])
+    }
 }

@@ -5,6 +5,7 @@
 
 #include <agent.h>
 #include <sys/socket.h>
+#include <stdint.h>
 #include <openssl/ssl.h>
 #include <openssl/evp.h>
 
@@ -36,6 +37,11 @@ int minato_nice_selected_udp(NiceAgent *agent, guint stream_id, guint component_
 int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to_len,
                       void *const *bufs, const size_t *lens, unsigned int n, int gso,
                       unsigned char *sent);
+
+/// When the last datagram read from UDP socket `fd` reached the host (SIOCGSTAMPNS, the kernel's
+/// receive timestamp), on CLOCK_MONOTONIC in nanoseconds; 0 when the kernel has none (the first
+/// call only turns timestamping on). One ioctl.
+uint64_t minato_last_arrival_ns(int fd);
 
 /// Names the calling thread for the kernel (pthread_setname_np is a GNU extension Swift does not
 /// import); at most 15 bytes are kept.
