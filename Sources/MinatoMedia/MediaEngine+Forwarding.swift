@@ -113,7 +113,7 @@ extension MediaEngine {
             store.store(sequence, packet: UnsafeRawBufferPointer(view.buffer), now: now)
         }
         producers[p].stream.received(sequence: sequence, timestamp: timestamp, length: view.buffer.count, now: now,
-                                     clockRate: producers[p].parameters.clockRate)
+                                     clockRate: producers[p].parameters.clockRate, repaired: repaired)
         producers[p].lastPacketAt = now
         if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
         if let arrival = producers[p].nack?.received(sequence, now: now) {

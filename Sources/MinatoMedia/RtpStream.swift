@@ -30,15 +30,27 @@ public struct RtpStream: Sendable {
     /// Interarrival jitter in timestamp units.
     public var jitter: UInt32 { jitterQ4 >> 4 }
 
+    /// One packet of the stream. `repaired`: restored from the publisher's RTX stream; it counts
+    /// in `bytes` (the stream's rate) and in nothing else: like libwebrtc (which keeps recovered
+    /// packets out of its receive statistics) and RFC 4588 (the retransmission stream has an
+    /// SSRC of its own), the reports count the original stream's packets as they arrived, so
+    /// cumulative and fractional loss are the loss *before* repair (what the publisher's link
+    /// lost), and a retransmission arriving a round trip late adds no jitter. The jitter also
+    /// skips a late packet on the stream's own SSRC (reordered, or resent without RTX): only a
+    /// packet newer than every one before it updates it, as in libwebrtc.
     @inline(__always)
-    public mutating func received(sequence: UInt16, timestamp: UInt32, length: Int, now: Nanoseconds, clockRate: UInt32) {
-        let ext = unwrapper.unwrap(sequence)
-        if packets == 0 { baseSequence = ext; highestSequence = ext }
-        else if ext > highestSequence { highestSequence = ext }
-        packets &+= 1
+    public mutating func received(sequence: UInt16, timestamp: UInt32, length: Int, now: Nanoseconds, clockRate: UInt32,
+                                  repaired: Bool = false) {
         bytes &+= UInt64(length)
+        if repaired { return }
+        let ext = unwrapper.unwrap(sequence)
+        var newest = packets == 0
+        if packets == 0 { baseSequence = ext; highestSequence = ext }
+        else if ext > highestSequence { highestSequence = ext; newest = true }
+        packets &+= 1
         // Interarrival jitter in timestamp units (RFC 3550 A.8), in the RTP timestamp's own
         // modulo-2^32 arithmetic so neither the timestamp's wrap nor any uptime disturbs it.
+        guard newest else { return }
         let arrival = UInt32(truncatingIfNeeded: mediaTicks(now, clockRate: clockRate))
         let transit = arrival &- timestamp
         if hasTransit {

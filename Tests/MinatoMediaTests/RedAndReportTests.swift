@@ -59,4 +59,60 @@ import MinatoWire
         let rtt = try #require(stats.roundTripTime)
         #expect(rtt > 29_900_000 && rtt < 30_100_000, "RTT \(rtt) ns, SR sent at \(srSentAt)")
     }
+
+    /// A stream of 90 kHz packets every 20 ms (1800 ticks), arriving exactly on time from
+    /// `start`, sequence numbers 100 + i for each i in `indices`.
+    static func onTime(_ indices: [Int], into s: inout RtpStream, start: Nanoseconds = 1_000_000_000) {
+        for i in indices {
+            s.received(sequence: UInt16(100 + i), timestamp: UInt32(i * 1800), length: 100,
+                       now: start + Nanoseconds(i) * 20_000_000, clockRate: 90_000)
+        }
+    }
+
+    @Test func aPacketRepairedFromRtxStaysLostInTheReportsAndAddsNoJitter() {
+        // 0..9 without 5, then 5 restored from RTX 60 ms late: the report still counts it lost
+        // (the loss before repair, as libwebrtc counts it) and the jitter stays 0.
+        var s = RtpStream()
+        Self.onTime([0, 1, 2, 3, 4, 6, 7, 8, 9], into: &s)
+        s.received(sequence: 105, timestamp: 5 * 1800, length: 100, now: 1_000_000_000 + 9 * 20_000_000 + 60_000_000,
+                   clockRate: 90_000, repaired: true)
+        #expect(s.cumulativeLost == 1 && s.packets == 9 && s.bytes == 1000 && s.jitter == 0)
+        let block = s.reportBlock(ssrc: 0x1111, now: 2_000_000_000)
+        #expect(block.cumulativeLost == 1 && block.fractionLost == 25 && block.jitter == 0)   // 256 x 1/10
+        #expect(block.extendedHighestSequence & 0xFFFF == 109)
+    }
+
+    @Test func aLatePacketOnTheStreamsOwnSsrcCountsAsReceivedButNotInTheJitter() {
+        // Packet 5 resent without RTX (or reordered) arrives 60 ms late on the stream's own
+        // SSRC: received (RFC 3550: late packets count), no jitter from it.
+        var s = RtpStream()
+        Self.onTime([0, 1, 2, 3, 4, 6, 7, 8, 9], into: &s)
+        s.received(sequence: 105, timestamp: 5 * 1800, length: 100, now: 1_000_000_000 + 9 * 20_000_000 + 60_000_000,
+                   clockRate: 90_000)
+        #expect(s.cumulativeLost == 0 && s.packets == 10 && s.jitter == 0)
+        // A packet newer than all others, 16 ms late (1440 ticks), does count: J += 1440/16.
+        s.received(sequence: 110, timestamp: 10 * 1800, length: 100, now: 1_000_000_000 + 10 * 20_000_000 + 16_000_000,
+                   clockRate: 90_000)
+        #expect(s.jitter == 90)
+    }
+
+    @Test func rtxRepairsThroughTheEngineLeaveThePublishersLossInItsStats() throws {
+        let h = EngineHarness()
+        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
+                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
+                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
+        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
+        _ = h.drain()
+        h.send(keyframe: true)
+        h.publisherSeq &+= 1
+        let lost = h.publisherSeq
+        let lostTs = h.publisherTs &+ 3000
+        h.send()                                            // the gap: NACKed
+        let payload: [UInt8] = [0x10, 0x01, 0xAB, 0xCD]
+        let rtx = h.packet(ssrc: 0x1112, pt: 97, seq: 7, ts: lostTs, payload: [UInt8(lost >> 8), UInt8(lost & 0xFF)] + payload)
+        #expect(h.inject(rtx).count == 1)                  // repaired and forwarded
+        #expect(h.engine.rtxRecovered == 1)
+        let stats = try #require(h.engine.producerStats(p))
+        #expect(stats.packetsLost == 1 && stats.packetsRecovered == 1 && stats.packetsReceived == 2)
+    }
 }

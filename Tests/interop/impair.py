@@ -11,7 +11,7 @@ Match a port to impair one leg only: `sport=` the publisher's own port drops wha
 (server -> subscriber). The client ports are in the clients' SDP (`candidate_port` in
 loss_pair.py), so this works whatever ports the server uses.
 
-Why input and not output (where TESTING.md puts it): a drop in the output hook (a) makes the
+Why input and not output (README.md "The two commands"): a drop in the output hook (a) makes the
 sender's sendmsg/sendmmsg fail with EPERM, which no real network does (a sendmmsg batch then
 stops at the dropped packet), and (b) sees a UDP GSO message (the server sends runs of
 equal-size packets as one) as one packet, so a "2%" drop loses a burst. Dropping on input after
@@ -29,6 +29,7 @@ scripts/interop-setup.sh.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -86,7 +87,7 @@ class UdpLoss:
     how many datagrams matched and how many were dropped so far."""
 
     def __init__(self, percent: float, *, sport: Optional[int] = None, dport: Optional[int] = None,
-                 hook: str = "input", table: str = TABLE) -> None:
+                 ssrc: Optional[int] = None, hook: str = "input", table: str = TABLE) -> None:
         if not 0 <= percent <= 100:
             raise ValueError(f"loss {percent}% is not within 0..100")
         self.percent = percent
@@ -102,13 +103,21 @@ class UdpLoss:
             match += f" udp sport {int(sport)}"
         if dport is not None:
             match += f" udp dport {int(dport)}"
+        self.ssrc = ssrc
+        if ssrc is not None:
+            # The RTP header's SSRC (bytes 8..11 after the 8-byte UDP header; SRTP leaves the
+            # header in the clear): one RTP stream only, not its RTX, RTCP, STUN or DTLS (whose
+            # bytes there are encrypted or random: a false match is a 2^-32 chance).
+            match += f" @th,128,32 {int(ssrc):#010x}"
         self.match = match
 
     def describe(self) -> str:
         where = "every UDP packet"
         if self.sport is not None or self.dport is not None:
             where = " ".join(f"{k} {v}" for k, v in (("from port", self.sport), ("to port", self.dport)) if v is not None)
-        return f"{self.percent:g}% of {where}"
+        if self.ssrc is not None:
+            where = f"RTP of SSRC {self.ssrc:#010x} " + (where if where != "every UDP packet" else "")
+        return f"{self.percent:g}% of {where.strip()}"
 
     def start(self) -> "UdpLoss":
         delete_table(self.table)          # a table left behind by a killed run
@@ -137,8 +146,33 @@ class UdpLoss:
         counted = rule_counters(nft("-j", "list", "table", "inet", self.table))
         return {name: c["packets"] for name, c in counted.items()}
 
+    def check(self, counters: Optional[dict[str, int]] = None) -> str:
+        """Proof that the rule did what it was asked: '' when it dropped something and a share of
+        what it saw near `percent` (drop_rate_problem), else what is wrong."""
+        return drop_rate_problem(counters if counters is not None else self.counters(), self.permille / 1000)
+
     def __enter__(self) -> "UdpLoss":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def drop_rate_problem(counters: dict[str, int], p: float, sigmas: float = 5.0) -> str:
+    """'' when nft's counters are what random loss of share `p` gives, else the problem.
+
+    Each datagram the rule sees is dropped independently with probability p (`numgen random
+    mod 1000 < N`), so dropped ~ Binomial(seen, p): within `sigmas` standard deviations of
+    seen x p (5 sigma: a false alarm about once in 1.7 million runs), plus one datagram for
+    rounding. Also fails when nothing was seen or nothing dropped (a rule that matches nothing
+    would make a loss test pass without loss)."""
+    seen, dropped = int(counters.get("seen", 0)), int(counters.get("dropped", 0))
+    if seen <= 0:
+        return f"the nft rule saw no datagrams ({counters}): is it matching?"
+    if p > 0 and dropped <= 0:
+        return f"the nft rule dropped nothing of {seen} datagrams seen"
+    mean, sd = seen * p, math.sqrt(seen * p * (1 - p))
+    if abs(dropped - mean) > sigmas * sd + 1:
+        return (f"the nft rule dropped {dropped} of {seen} datagrams ({100 * dropped / seen:.2f}%), outside "
+                f"{mean - sigmas * sd:.0f}..{mean + sigmas * sd:.0f} ({sigmas:g} sigma of {100 * p:g}%)")
+    return ""

@@ -300,7 +300,9 @@ async def measure(pair: Pair, loss: UdpLoss, window: float = 15.0, http: Optiona
     """Waits for video and `warmup` s more without loss (RTCP reports have gone both ways, so a
     server has its RTT), then applies `loss` for `window` s and reports which of the frames sent
     meanwhile the subscriber decoded (frame_stats), the sender's frame rate, nft's counters and
-    the server's counters that moved (`http`: Minato's base URL)."""
+    the server's counters that moved (`http`: Minato's base URL). "nftProblem" is '' when nft
+    really dropped a share of the datagrams it saw near the configured percent (impair.py
+    drop_rate_problem), else what went wrong: a caller asserts it is empty."""
     if not await pair.sink.wait_frames(10, 15):
         raise AssertionError(f"no clean video before the loss window: {pair.sink.frames} frames decoded")
     await asyncio.sleep(warmup)                   # clean video before the window (see above)
@@ -319,7 +321,8 @@ async def measure(pair: Pair, loss: UdpLoss, window: float = 15.0, http: Optiona
     result = {"loss": loss.describe(), "lossPct": loss.percent, "windowSec": round(elapsed, 2),
               "senderFps": round((last - first + 1) / elapsed, 1), **frame_stats(pair.sink.indices, first, last),
               "nftSeen": nft["seen"], "nftDropped": nft["dropped"],
-              "nftDroppedPct": round(100 * nft["dropped"] / max(1, nft["seen"]), 2)}
+              "nftDroppedPct": round(100 * nft["dropped"] / max(1, nft["seen"]), 2),
+              "nftProblem": loss.check(nft)}     # '' when nft dropped ~lossPct of what it saw
     if http:
         result["serverCounters"] = metrics_delta(m0, metrics(http))
     return result

@@ -3,16 +3,20 @@
 The video track draws 320x240 yuv420p frames. The frame's sequence number is written
 into the picture as 16 big black/white blocks (one bit each) along the top, so a receiver
 can tell exactly which of the sender's frames it decoded (lossy coding keeps 16x16 blocks
-of luma 16/235 well apart). No numpy: av is the only dependency.
+of luma 16/235 well apart). The audio sink finds the received tone's frequency with numpy (a
+dependency of the suite's matplotlib).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import fractions
 import math
 import time
 from array import array
 from typing import Optional
+
+import numpy
 
 import av
 from aiortc.mediastreams import (
@@ -108,12 +112,15 @@ def read_index(frame: av.VideoFrame) -> Optional[int]:
     return value
 
 
+SINE_HZ = 440.0     # SineAudioTrack's default tone (AudioSink.tone_problem checks it arrived)
+
+
 class SineAudioTrack(MediaStreamTrack):
     """A 440 Hz sine, 48 kHz mono s16, 20 ms frames, paced in real time."""
 
     kind = "audio"
 
-    def __init__(self, frequency: float = 440.0, amplitude: int = 8000) -> None:
+    def __init__(self, frequency: float = SINE_HZ, amplitude: int = 8000) -> None:
         super().__init__()
         self.frequency = frequency
         self.amplitude = amplitude
@@ -202,7 +209,10 @@ class VideoSink:
 
 
 class AudioSink:
-    """Consumes a received audio track, counting decoded frames and non-silent ones."""
+    """Consumes a received audio track, counting decoded frames and non-silent ones, and keeps
+    the last TONE_SECONDS of the first channel to tell which tone it is (`tone()`)."""
+
+    TONE_SECONDS = 1.0
 
     def __init__(self, track: MediaStreamTrack, name: str = "audio", threshold: int = 500) -> None:
         self.track = track
@@ -211,7 +221,10 @@ class AudioSink:
         self.frames = 0
         self.loud_frames = 0
         self.max_amplitude = 0
+        self.sample_rate = 0
         self.ended = False
+        self._recent: collections.deque = collections.deque()   # first-channel PCM of the last frames
+        self._recent_samples = 0
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
@@ -221,16 +234,56 @@ class AudioSink:
                 self.frames += 1
                 if frame.format.name != "s16":
                     frame = frame.reformat(format="s16")
+                channels = len(frame.layout.channels)
                 pcm = array("h")
-                pcm.frombytes(bytes(frame.planes[0])[: frame.samples * len(frame.layout.channels) * 2])
+                pcm.frombytes(bytes(frame.planes[0])[: frame.samples * channels * 2])
                 peak = max((abs(s) for s in pcm), default=0)
                 self.max_amplitude = max(self.max_amplitude, peak)
                 if peak >= self.threshold:
                     self.loud_frames += 1
+                self.sample_rate = frame.sample_rate
+                first = numpy.frombuffer(pcm.tobytes(), dtype=numpy.int16)[::channels]
+                self._recent.append(first)
+                self._recent_samples += len(first)
+                while self._recent and self._recent_samples - len(self._recent[0]) >= self.TONE_SECONDS * self.sample_rate:
+                    self._recent_samples -= len(self._recent.popleft())
         except (MediaStreamError, asyncio.CancelledError):
             pass
         finally:
             self.ended = True
+
+    def tone(self) -> tuple[float, float]:
+        """(frequency in Hz, purity) of the strongest tone in the last TONE_SECONDS received:
+        the peak of a Hann-windowed FFT, refined by parabolic interpolation of the log magnitude
+        (to well under 1 Hz for a clean sine over 1 s), and the share of the signal's energy
+        within 20 Hz of it (a sine: ~1; noise or silence: near 0). (0.0, 0.0) without audio."""
+        if not self._recent or not self.sample_rate:
+            return 0.0, 0.0
+        x = numpy.concatenate(list(self._recent)).astype(numpy.float64)
+        x -= x.mean()
+        if len(x) < 64 or not numpy.any(x):
+            return 0.0, 0.0
+        power = numpy.abs(numpy.fft.rfft(x * numpy.hanning(len(x)))) ** 2
+        power[0] = 0.0
+        k = int(numpy.argmax(power))
+        shift = 0.0
+        if 0 < k < len(power) - 1:
+            a, b, c = numpy.log(power[k - 1:k + 2] + 1e-12)
+            if a - 2 * b + c != 0:
+                shift = 0.5 * (a - c) / (a - 2 * b + c)
+        bin_hz = self.sample_rate / len(x)
+        near = max(1, int(20 / bin_hz))
+        purity = float(power[max(0, k - near):k + near + 1].sum() / power.sum())
+        return float((k + shift) * bin_hz), purity
+
+    def tone_problem(self, frequency: float, tolerance_hz: float = 3.0, min_purity: float = 0.8) -> str:
+        """'' when the last TONE_SECONDS carry the sine of `frequency` (within `tolerance_hz`,
+        with at least `min_purity` of the energy near it), else what was heard."""
+        f, purity = self.tone()
+        if abs(f - frequency) > tolerance_hz or purity < min_purity:
+            return (f"{self.name}: heard {f:.1f} Hz (purity {purity:.2f}, peak {self.max_amplitude}), not the "
+                    f"{frequency:g} Hz sine sent (+-{tolerance_hz:g} Hz, purity >= {min_purity:g})")
+        return ""
 
     def stop(self) -> None:
         self._task.cancel()

@@ -5,7 +5,8 @@ It plays the SFU's two roles with aiortc so the suite's plumbing is proven befor
   twice on one connection) and an "ingress" peer answers;
 - recv side: an "egress" peer offers like the server does (sendonly m-lines), adding an
   m-line in a re-offer and later setting one `inactive`; the subscriber answers each offer.
-The subscriber must decode >= 80% of the publisher's frames at 320x240 and hear the sine.
+The subscriber must decode >= 80% of the publisher's frames at 320x240 and hear the sine (its
+frequency: media.AudioSink.tone_problem).
 """
 from __future__ import annotations
 
@@ -94,6 +95,8 @@ async def _selfcheck() -> None:
         assert decoded >= 0.8 * sent, f"decoded {decoded}/{sent} < 80%"
         assert set(vsink.sizes) == {(WIDTH, HEIGHT)}, vsink.sizes
         assert asink.loud_frames > 50, (asink.frames, asink.loud_frames)
+        tone = asink.tone_problem(audio.frequency)      # the publisher's sine, by its frequency
+        assert not tone, tone
 
         # --- re-offer with the video m-line inactive (an ended subscription, port kept) ----
         vtr = next(t for t in egress.getTransceivers() if t.mid == "0")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from media import AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
+from media import SINE_HZ, AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink
 from minato_client import Member, RpcError, create_room, run_async, unique_name
 from waiting import await_until
 
@@ -72,6 +72,8 @@ def test_subscriber_is_refused_a_codec_it_cannot_decode(server):
             sinks += [vs, as_]
             assert await vs.wait_frames(20, 15), f"B decoded {vs.frames} H264 frames"
             await await_until(lambda: as_.frames >= 50, 10, "B to receive 50 audio frames", state=lambda: as_.frames)
+            tone = as_.tone_problem(SINE_HZ)   # A's sine, by its frequency
+            assert not tone, tone
             assert len(await subscriptions_of(b, room["id"])) == 2
             assert b.offer_errors == []
         finally:

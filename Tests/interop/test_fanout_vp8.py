@@ -1,8 +1,15 @@
-"""(a) A publishes Opus + VP8; B and C subscribe to both and decode >= 80% of A's frames
-at 320x240 over 5 s, and hear non-silent audio."""
+"""(a) A publishes Opus (a 440 Hz sine) + VP8; B and C subscribe to both and decode every one of
+A's frames at 320x240 over 5 s, and hear A's sine (its frequency, within TONE_TOLERANCE_HZ).
+
+Every frame: on a clean loopback nothing is lost (and a datagram lost to a full socket buffer
+would be NACKed and resent), so each subscriber decodes all ~150 frames A sent in the window.
+Measured before this bound (5 runs each of VP8 and H264): 150/150 or 151/151 frames at both
+subscribers in every run. The old bound, 80%, dates from the first commit (the walking skeleton,
+copied with the aiortc-only harness self-check's) and no failure ever needed it. The wait for the window's last frame
+is a condition (up to SETTLE_SEC, usually a few tens of ms), so a slow machine delays the
+test instead of failing it."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -12,6 +19,9 @@ from typing import Optional
 from media import HEIGHT, WIDTH, AudioSink, SineAudioTrack, SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Member, create_room, run_async, sdp_media_sections, unique_name
 from conftest import ARTIFACTS
+
+SETTLE_SEC = 5.0
+TONE_TOLERANCE_HZ = 3.0
 
 
 def server_cpu_seconds(pid: int) -> float:
@@ -88,7 +98,7 @@ async def fanout(server, codec: Optional[str]) -> None:
         loud_before = {s.name: s.loud_frames for s in audio_sinks}
         pid = server.proc.pid
         cpu0, fwd0, wall0 = server_cpu_seconds(pid), forwarded_packets(server.http), time.monotonic()
-        result = await measure_window(video, video_sinks, window=5.0)
+        result = await measure_window(video, video_sinks, window=5.0, settle=SETTLE_SEC)
         cpu1, fwd1, wall1 = server_cpu_seconds(pid), forwarded_packets(server.http), time.monotonic()
         forwarded = fwd1 - fwd0
         assert forwarded > 0, "the server forwarded no RTP packets during the window"
@@ -104,18 +114,23 @@ async def fanout(server, codec: Optional[str]) -> None:
             "serverCpuMicrosPerForwardedPacket": round((cpu1 - cpu0) * 1e6 / forwarded, 1),
             "decodedOfSent": result,
         }
+        tones = {s.name: tuple(round(x, 2) for x in s.tone()) for s in audio_sinks}
+        report["audioToneHzPurity"] = tones
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / f"fanout-{want.split('/')[1].lower()}.json").write_text(json.dumps(report, indent=2))
         print(f"fanout {want}: {json.dumps(report)}; audio loud frames "
-              f"{ {s.name: s.loud_frames - loud_before[s.name] for s in audio_sinks} }")
+              f"{ {s.name: s.loud_frames - loud_before[s.name] for s in audio_sinks} }; tones {tones}")
         for vs in video_sinks:
             decoded, sent = result[vs.name]
             assert sent >= 100, f"A sent only {sent} frames in 5 s (is the machine overloaded?)"
-            assert decoded >= 0.8 * sent, f"{vs.name}: decoded {decoded}/{sent} of A's frames (< 80%)"
+            assert decoded == sent, (f"{vs.name}: decoded {decoded}/{sent} of A's frames (on a clean loopback: all); "
+                                     f"server: {media_metrics(server.http)}")
             assert set(vs.sizes) == {(WIDTH, HEIGHT)}, f"{vs.name}: frame sizes {vs.sizes}"
         for s in audio_sinks:
             got = s.loud_frames - loud_before[s.name]
             assert got >= 100, f"{s.name}: {got} non-silent audio frames in ~6.5 s (peak {s.max_amplitude})"
+            tone = s.tone_problem(audio.frequency, TONE_TOLERANCE_HZ)
+            assert not tone, tone
         for m in members:
             assert not m.offer_errors, m.offer_errors
     finally:

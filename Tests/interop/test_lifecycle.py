@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from media import AudioSink, VideoSink
+from media import SINE_HZ, AudioSink, VideoSink
 from minato_client import Member, create_room, event_matcher, run_async, sdp_media_sections, unique_name
 from waiting import await_until
 
@@ -92,6 +92,8 @@ async def scenario(url: str) -> None:
             await await_until(lambda: s.loud_frames > loud[k] + 25, 5,
                               f"{k}: audio to keep flowing after answering the unpublish offer",
                               state=lambda: f"{s.loud_frames - loud[k]} loud frames since")
+            tone = s.tone_problem(SINE_HZ)    # still A's sine, by its frequency
+            assert not tone, tone
 
         # --- A leaves -------------------------------------------------------------------------
         offers_before = {m.label: len(m.conn.offers) for m in (b, c)}

@@ -11,11 +11,16 @@ loss switched on at that moment:
     the subscriber's `totalFreezesDuration` grows by <= 1% of the window and its
     `framesDecoded` by >= 95% of the publisher's `framesEncoded` growth;
 (2) audio, 5% of every UDP datagram (both legs, so ~9.75% of the publisher's packets are lost
-    end to end): the share of concealed samples stays below AUDIO_MAX_CONCEALED and the audio
-    arrives as RED (`audio/red`);
+    end to end): the share of concealed samples stays below AUDIO_MAX_CONCEALED, the audio is
+    negotiated as RED (`audio/red`) and RED carries redundancy: most of the lost audio is
+    recovered (RED_MIN_RECOVERED) and the redundant copies of packets that did arrive are
+    discarded by the receiver (RED_MIN_DISCARDED_SHARE);
 (3) video, 5% loss on the subscriber's leg only (both directions of its link: the media it
     receives and the NACKs/reports it sends), same assertions as (1).
 
+Every case first asserts that the loss happened: nft dropped a share of the datagrams it saw
+near the configured percent (within 5 standard deviations of a binomial draw; for (3) in each
+direction on its own; impair.drop_rate_problem).
 Each case prints one summary line, the raw counters (NACKs, retransmissions, losses, codecs,
 whether RTX was negotiated) and the server's loss-related /metrics (deltas over the case).
 Why input-hook drops matter here: Chromium resends a datagram once when sendto() fails, so an
@@ -31,7 +36,7 @@ import pytest
 
 from browser import BROWSER_SERVER_ENV, sdk_page, wait_js
 from conftest import engine_pages
-from impair import UdpLoss
+from impair import UdpLoss, drop_rate_problem
 from loss_pair import metrics, metrics_delta
 from minato_client import unique_name
 
@@ -56,8 +61,49 @@ MIN_DECODED_SHARE = 0.95
 # leg (19% end to end) RED still conceals ~2.8% against ~17%. Through Minato (this test): plain
 # Opus 8.1% and 8.9%; RED 0.3%, 0.8%, 1.0%. Later, 9 more runs of RED: 0.35-1.44% (and one early
 # run failed the 2.5% bound first chosen), so the bound is 3.5%: over 2x the highest RED run and
-# still 2.3x under plain Opus.
+# still 2.3x under plain Opus. Measured again for issue "loss tests that pass without loss", 10
+# runs: 0.19-0.94% (0.65, 0.47, 0.52, 0.94, 0.46, 0.84, 0.57, 0.81, 0.54, 0.19), 2-7 concealment
+# events of 10-30 ms each per run, while 91-336 packets were lost. Likely (not proven) what RED
+# leaves concealed are the few losses whose redundant copy (in the next packet) came after
+# NetEq had to play the gap, so the share depends on Chromium's jitter-buffer level, not on the
+# server (which forwards RED untouched). The 2.5% failure was not reproduced,
+# so the bound stays 3.5%.
 AUDIO_MAX_CONCEALED = 0.035
+# RED must carry redundancy, not only be negotiated. Chromium's receiver (NetEq) splits each RED
+# packet into its primary and redundant blocks; a redundant block whose packet is still missing
+# fills the gap, and one whose packet already arrived is thrown away and counted in inbound
+# `packetsDiscarded` (Opus in-band FEC would count in fecPacketsReceived instead). Over the window:
+#  - recovered: the share of the lost audio that was not concealed, 1 - (concealedSamples /
+#    totalSamplesReceived) / (packetsLost / (packetsReceived + packetsLost)) (every packet
+#    carries the same duration; packetsLost counts before any repair), must be >=
+#    RED_MIN_RECOVERED (a lower bound: concealment for other reasons, e.g. a jitter-buffer
+#    underrun, counts against it). 0.6 matches AUDIO_MAX_CONCEALED at ~9.75% end-to-end loss;
+#  - redundant copies arrived: packetsDiscarded grew by >= RED_MIN_DISCARDED_SHARE of the
+#    packets received (each RED packet repeats earlier packets, almost all of which arrived).
+# Measured here (5% on both legs, 15 s, 9 runs): RED recovered 90.4-98.0% of the lost audio
+# (9.1-10.9% of the packets lost) and discarded 21-70% of the packets received (Chromium's
+# packet rate for RED audio varied between runs, 60-200 packets/s, hence the spread); the control
+# (LOSS_BROWSER_AUDIO=opus: the publisher's offer without audio/red, so plain Opus with in-band
+# FEC) recovered 5% (8.54% concealed at 9.0% lost), discarded 0 and reported fecPacketsReceived 0.
+RED_MIN_RECOVERED = 0.60
+RED_MIN_DISCARDED_SHARE = 0.05
+# LOSS_BROWSER_AUDIO=opus: a control run of the audio case without RED (its RED assertions then
+# fail by design; the printed numbers are the plain-Opus baseline).
+AUDIO_CODEC = os.environ.get("LOSS_BROWSER_AUDIO", "red")
+STRIP_RED_JS = r"""
+() => {
+  const add = RTCPeerConnection.prototype.addTransceiver;
+  RTCPeerConnection.prototype.addTransceiver = function (trackOrKind, init) {
+    const t = add.call(this, trackOrKind, init);
+    if ((trackOrKind.kind || trackOrKind) === 'audio') {
+      t.setCodecPreferences(RTCRtpSender.getCapabilities('audio').codecs
+        .filter((c) => c.mimeType.toLowerCase() !== 'audio/red'));
+    }
+    return t;
+  };
+  return true;
+}
+"""
 METRIC_HEADS = ("rtcp_", "rtp_", "keyframe_", "nack", "retrans", "rtx")
 
 
@@ -182,13 +228,16 @@ def short_metrics(before: dict, after: dict) -> dict[str, int]:
 
 # ---- the call ---------------------------------------------------------------------------------
 
-def start_call(server, pages, media: dict, tag: str):
-    """Publisher page (media from its fake devices) and subscriber page in a fresh room."""
+def start_call(server, pages, media: dict, tag: str, prepare_pub: Optional[str] = None):
+    """Publisher page (media from its fake devices) and subscriber page in a fresh room.
+    `prepare_pub`: JS evaluated in the publisher's page before it joins (and publishes)."""
     room = unique_name(tag)
     pub, sub = pages("pub"), pages("sub")
     for p in (pub, sub):
         p.evaluate("T.connect()")
         p.evaluate("(n) => T.findOrCreate(n)", room)
+    if prepare_pub:
+        pub.evaluate(prepare_pub)
     pub.evaluate("(m) => T.join('pub', {}, m)", media)
     sub.evaluate("() => T.join('sub', {}, null)")
     return pub, sub
@@ -280,6 +329,9 @@ def video_case(server, pages, capsys, name: str, loss_for) -> None:
         print(f"  server /metrics (delta): {short_metrics(m0, m1)}")
 
     assert encoded > 0 and vin1, f"no video measured: publisher encoded {encoded} frames, subscriber stats {vin1}"
+    # The loss really happened: nft dropped a share of what it saw near LOSS_PERCENT.
+    nft_problem = loss.check(counters)
+    assert not nft_problem, f"{name}: {nft_problem}"
     problems = []
     if frozen > MAX_FROZEN_SHARE * WINDOW_SEC:
         problems.append(f"frozen {frozen:.2f} s (> {MAX_FROZEN_SHARE * WINDOW_SEC:.2f} s, 1% of the window) in "
@@ -323,7 +375,16 @@ class BothWays(UdpLoss):
 
     def counters(self) -> dict[str, int]:
         a, b = super().counters(), self.out.counters()
+        self.parts = (a, b)
         return {k: a[k] + b[k] for k in a}
+
+    def check(self, counters: Optional[dict[str, int]] = None) -> str:
+        """Each direction on its own (the sum of the last counters() read, per table)."""
+        if counters is None or not getattr(self, "parts", None):
+            self.counters()
+        return "; ".join(f"{way}: {p}" for way, p in zip(
+            ("to the subscriber", "from the subscriber"),
+            (drop_rate_problem(part, self.permille / 1000) for part in self.parts)) if p)
 
 
 # ---- the cases --------------------------------------------------------------------------------
@@ -334,7 +395,8 @@ def test_video_5pct_both_legs(server, pages, capsys):
 
 def test_audio_red_5pct_both_legs(server, pages, capsys):
     m0 = metrics(server.http)
-    pub, sub = start_call(server, pages, {"audio": True, "video": False}, "lossa")
+    pub, sub = start_call(server, pages, {"audio": True, "video": False}, "lossa",
+                          STRIP_RED_JS if AUDIO_CODEC == "opus" else None)
     wait_js(sub, """async () => { const pc = T.me && T.me.receiveConnection; if (!pc) return false;
                 let n = 0; (await pc.getStats()).forEach((s) => {
                 if (s.type === 'inbound-rtp' && s.kind === 'audio') n = s.totalSamplesReceived || 0; });
@@ -371,8 +433,22 @@ def test_audio_red_5pct_both_legs(server, pages, capsys):
         print(f"  server /metrics (delta): {short_metrics(m0, m1)}")
 
     assert samples > 0, f"the subscriber played no audio in the window: {sub_d}"
-    # RED in use: Chromium names the codec of an inbound RED stream after the payload it decodes
-    # (audio/opus), so "audio/red" shows in the codec stats or, failing that, as the first
+    # The loss really happened: nft dropped a share of what it saw near LOSS_PERCENT.
+    nft_problem = loss.check(counters)
+    assert not nft_problem, f"audio: {nft_problem}"
+    lost = grew(ain0, ain1, "packetsLost") or 0
+    received = grew(ain0, ain1, "packetsReceived") or 0
+    discarded = grew(ain0, ain1, "packetsDiscarded") or 0
+    lost_share = lost / (received + lost) if received + lost > 0 else 0.0
+    recovered = 1 - share / lost_share if lost_share > 0 else 0.0
+    discarded_share = discarded / received if received else 0.0
+    with capsys.disabled():
+        print(f"  RED at work: {lost} packets lost before repair ({100 * lost_share:.2f}%), {100 * recovered:.1f}% of "
+              f"the lost audio recovered (not concealed; bound {100 * RED_MIN_RECOVERED:g}%), {discarded} redundant copies discarded = "
+              f"{100 * discarded_share:.1f}% of {received} received (bound {100 * RED_MIN_DISCARDED_SHARE:g}%); "
+              f"audio {AUDIO_CODEC}")
+    # RED negotiated: Chromium names the codec of an inbound RED stream after the payload it
+    # decodes (audio/opus), so "audio/red" shows in the codec stats or, failing that, as the first
     # (sending) codec negotiated on both the publisher's sender and the subscriber's receiver.
     red = "audio/red"
     red_used = red in (in_codec, out_codec) or (
@@ -381,6 +457,15 @@ def test_audio_red_5pct_both_legs(server, pages, capsys):
     if not red_used:
         problems.append(f"the audio is not RED (codec at subscriber {in_codec}, at publisher {out_codec}, "
                         f"negotiated: publisher {pub_negotiated}, subscriber {sub_negotiated})")
+    # ... and carrying redundancy (RED_MIN_RECOVERED above).
+    if lost <= 0:
+        problems.append(f"the subscriber lost no packets ({sub_d}): the loss did not reach it")
+    elif recovered < RED_MIN_RECOVERED:
+        problems.append(f"only {100 * recovered:.1f}% of the audio of the {lost} lost packets was recovered (< "
+                        f"{100 * RED_MIN_RECOVERED:g}%: {concealed} samples concealed)")
+    if discarded_share < RED_MIN_DISCARDED_SHARE:
+        problems.append(f"no redundant copies arrived: packetsDiscarded +{discarded} of {received} received "
+                        f"(< {100 * RED_MIN_DISCARDED_SHARE:g}%)")
     if share >= AUDIO_MAX_CONCEALED:
         problems.append(f"concealed {100 * share:.2f}% of the samples (>= {100 * AUDIO_MAX_CONCEALED:.1f}%: "
                         f"{concealed} of {samples}, {sub_d['concealmentEvents']} concealment events)")

@@ -305,6 +305,22 @@ def police_and_sample(lab, kbytes: int, seconds: tuple[float, float, float], sam
     return samples, t_on, t_off, counters
 
 
+def policer_problem(counters: dict, kbytes: int, seconds: float) -> str:
+    """'' when nft's policer counters show it really policed at `kbytes` kB/s over `seconds`:
+    it saw and dropped datagrams, and what it let through (seen - dropped bytes, IP lengths as
+    the limit meters them) is no more than the rate for that long plus its bucket (about one
+    second's worth; 5% for the timing of the counter read). Else what is wrong."""
+    seen, dropped = counters.get("seen", {}), counters.get("dropped", {})
+    if seen.get("packets", 0) <= 0 or dropped.get("packets", 0) <= 0:
+        return f"the policer saw/dropped nothing: {counters}"
+    passed = seen.get("bytes", 0) - dropped.get("bytes", 0)
+    allowed = kbytes * 1024 * (seconds + 1.0) * 1.05
+    if passed > allowed:
+        return (f"the policer let {passed} B through in {seconds:.1f} s, more than {kbytes} kB/s allows "
+                f"({allowed:.0f} B with its one-second bucket): {counters}")
+    return ""
+
+
 def start_room(server, lab, chromium, chromium_policed, pages, say) -> tuple[str, dict, dict]:
     """A room with the simulcast publisher and both subscribers decoding the top layer (the
     policed one really on the lab's host): (room id, publication info, {who: (page, subscription id)})."""
@@ -471,7 +487,9 @@ def test_simulcast_bwe_policed_subscriber_drops_to_low_layer_and_climbs_back(
     # ---- controls ------------------------------------------------------------------------------
     for who, (page, _) in subs.items():
         assert page.evaluate("T.errors") == [], f"{who}: {page.evaluate('T.errors')}"
-    assert seen.get("packets", 0) > 0 and dropped.get("packets", 0) > 0, f"the policer saw/dropped nothing: {counters}"
+    # The policer really policed: it dropped datagrams and let no more through than its rate allows.
+    problem = policer_problem(counters, POLICE_KBYTES, t_off - t_on)
+    assert not problem, problem
     assert rx["policed"] is not None and rx["policed"] < POLICED_RX_MAX_KBPS, \
         f"the policer did not limit the subscriber: {rx['policed']} kbit/s received while policed"
     assert free_top >= FREE_TOP_MIN_SHARE, \
@@ -593,7 +611,8 @@ def test_simulcast_bwe_below_the_lowest_layer_the_frame_rate_drops_instead_of_fr
         "samples": samples}, indent=1))
 
     assert page.evaluate("T.errors") == [], page.evaluate("T.errors")
-    assert dropped.get("packets", 0) > 0, f"the policer dropped nothing: {counters}"
+    problem = policer_problem(counters, TEMPORAL_POLICE_KBYTES, t_off - t_on)
+    assert not problem, problem
     assert tids == 3, f"the publisher's lowest layer carried {tids} temporal layers, not 3 (L1T3)"
     failures = []
     if widths != [LOW]:
