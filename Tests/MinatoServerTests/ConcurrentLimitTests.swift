@@ -34,7 +34,7 @@ import MinatoMedia
             + "a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n"
             + "a=fingerprint:sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89\r\n"
             + "a=setup:actpass\r\n"
-            + "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=mid:\(mid)\r\na=sendonly\r\na=rtcp-mux\r\n"
+            + "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 127.0.0.1\r\na=mid:\(mid)\r\na=sendonly\r\na=rtcp-mux\r\n"
             + "a=rtpmap:96 VP8/90000\r\na=ssrc:\(ssrc) cname:x\r\n"
     }
 

@@ -28,7 +28,7 @@ import MinatoMedia
         + "a=ice-ufrag:efgh\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n"
         + "a=fingerprint:sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89\r\n"
         + "a=setup:actpass\r\n"
-        + "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=mid:0\r\na=recvonly\r\na=rtcp-mux\r\n"
+        + "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 127.0.0.1\r\na=mid:0\r\na=recvonly\r\na=rtcp-mux\r\n"
         + "a=rtpmap:96 VP8/90000\r\n"
 
     /// README.md and protocol.md: the session URL is 32 hex digits, the ETag 16 hex digits in
