@@ -7,7 +7,7 @@ export PKG_CONFIG_PATH := $(LIBSRTP_OPENSSL_PREFIX)/lib/pkgconfig$(if $(PKG_CONF
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss bench-cluster ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss bench-cluster bench-recovery ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -78,6 +78,15 @@ bench-loss: deps
 bench-cluster: build
 	bash scripts/interop-setup.sh
 	unshare -n sh -c 'ip link set lo up; exec .venv-interop/bin/python bench/cluster.py "$$@"' bench-cluster $(BENCH_CLUSTER_ARGS)
+
+## The browser SDK recovering by itself (Tests/interop/test_recovery_browser.py, RECOVERY_RUNS
+## times each, default 10): a Chromium page's address replaced mid-call (ICE restarts) and TCP to
+## the signaling port dropped for 8 s (reconnect, takeover, replay), in a loopback-only namespace
+## (bench/recovery.sh; needs root). Prints time until decoding resumed and frames lost, p50/max.
+## Server: $MINATO_BIN, else .build/release/minato if present, else .build/debug/minato.
+## Results: bench/results/recovery.{json,md}.
+bench-recovery: build
+	bash bench/recovery.sh
 
 ## What CI runs: the README's test command, the sanitizers, 20 s of each fuzzer, the micro
 ## benchmarks' zero-allocation check and a 10 s load smoke run.

@@ -60,7 +60,9 @@ let package = Package(
             name: "MinatoRooms",
             dependencies: ["MinatoWire", "MinatoMedia", "MinatoTransport",
                            .product(name: "Logging", package: "swift-log"),
-                           .product(name: "Metrics", package: "swift-metrics")],
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           // HMAC-SHA1 of TURN credentials (IceServers.swift).
+                           .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strict),
         // Signaling: the JSON-RPC front door of the room core (docs/protocol.md). No I/O.
         .target(

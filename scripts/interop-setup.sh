@@ -13,6 +13,8 @@
 #    own on a unix socket in a temporary directory, the cluster interop tests theirs in a network
 #    namespace of its own (the system Redis service the package would start is stopped and
 #    disabled, see below),
+#  - Debian's `coturn` (`turnserver`): the TURN server of test_turn.py, which starts its own in a
+#    network namespace (Minato embeds none; the system coturn service is left disabled, see below),
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,6 +45,9 @@ command -v cc >/dev/null 2>&1 || need+=(gcc)
 # Redis for the cluster tests (they run /usr/bin/redis-server themselves).
 installing_redis=0
 [ -x /usr/bin/redis-server ] || { need+=(redis-server); installing_redis=1; }
+# coturn for the TURN tests (they run /usr/bin/turnserver themselves).
+installing_coturn=0
+[ -x /usr/bin/turnserver ] || { need+=(coturn); installing_coturn=1; }
 if [ "${#need[@]}" -gt 0 ]; then
     echo "interop-setup: installing ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
@@ -69,6 +74,19 @@ if [ "$installing_redis" = 1 ]; then
             echo "interop-setup: stopping the system redis-server (pid $pid) the package started" >&2
             as_root kill "$pid" || true
         fi
+    fi
+fi
+# Debian's coturn ships a service that is off under sysvinit (/etc/default/coturn) but enabled,
+# and started, under systemd. The tests start their own turnserver; a system one would only be
+# an open TURN server on this machine. So when this run installed the package, keep the service
+# stopped and disabled (its unit's symlink is made even where systemd does not run).
+if [ "$installing_coturn" = 1 ]; then
+    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    if [ -d /run/systemd/system ]; then
+        as_root systemctl disable --now coturn >/dev/null 2>&1 || true
+    else
+        as_root update-rc.d coturn disable >/dev/null 2>&1 || true
+        as_root rm -f /etc/systemd/system/multi-user.target.wants/coturn.service
     fi
 fi
 if ! command -v unshare >/dev/null 2>&1; then
@@ -118,4 +136,5 @@ fi
 MOZ_HEADLESS=1 MOZ_DISABLE_NONLOCAL_CONNECTIONS=1 /usr/bin/firefox-esr --version 2>/dev/null | sed 's/^/interop-setup: /' || true
 /usr/bin/python3 -c 'import gi; [gi.require_version(n, v) for n, v in (("Gst", "1.0"), ("GstWebRTC", "1.0"), ("GstSdp", "1.0"), ("Nice", "0.1"))]; from gi.repository import Gst; Gst.init(None); assert Gst.ElementFactory.find("webrtcbin") and Gst.ElementFactory.find("nicesrc"); print("interop-setup:", Gst.version_string(), "with webrtcbin and nicesrc")'
 command -v whip-client >/dev/null
+[ -x /usr/bin/turnserver ] && echo "interop-setup: turnserver (coturn $(dpkg-query -W -f='${Version}' coturn))"
 echo "interop-setup: whip-client (simple-whip-client $(dpkg-query -W -f='${Version}' simple-whip-client))"

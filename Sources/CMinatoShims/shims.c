@@ -19,7 +19,7 @@
 #include <openssl/err.h>
 #include <srtp2/srtp.h>
 
-NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling) {
+NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling, gboolean tcp) {
     NiceAgentOption opts = NICE_AGENT_OPTION_ICE_TRICKLE;
     if (lite) opts |= NICE_AGENT_OPTION_LITE_MODE;
     else opts |= NICE_AGENT_OPTION_CONSENT_FRESHNESS;
@@ -27,7 +27,7 @@ NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean cont
     if (agent == NULL) return NULL;
     g_object_set(G_OBJECT(agent),
                  "upnp", FALSE,
-                 "ice-tcp", FALSE,
+                 "ice-tcp", tcp,
                  "ice-udp", TRUE,
                  "controlling-mode", controlling,
                  NULL);

@@ -197,7 +197,8 @@ public final class SFURoom: Sendable {
             guard let m = result["member"] else { throw ClientError.badResponse("no member in the join result") }
             let member = LocalSFURoomMember(member: try m.decode(Member.self), room: self, channel: channel, urlIndex: urlIndex,
                                             request: request, reconnectSecret: result["reconnectSecret"]?.string,
-                                            snapshot: try? result["room"]?.decode(RoomSnapshot.self))
+                                            snapshot: try? result["room"]?.decode(RoomSnapshot.self),
+                                            iceServers: IceServer.list(result["iceServers"]))
             member.start()
             return member
         } catch {
@@ -246,6 +247,10 @@ public actor LocalSFURoomMember {
     /// The join result's `reconnectSecret` (PROTOCOL "keepalive"): sent with every keepalive; the
     /// server lets another connection take this member over only with it. Never logged or exposed.
     private var reconnectSecret: String?
+    /// The join result's `iceServers` (TURN with this member's own credential, static STUN), or
+    /// the last `renewIceServers()`'s; empty when the server has none. This SDK's own connections
+    /// do not use them (libnice gathers host candidates only; docs/sdk-swift.md "TURN").
+    public private(set) var iceServers: [IceServer]
     private let media = WorkerBound(MemberMedia())
     private var tracks: [OfferedTrack] = []
     private var publicationMids: [String: String] = [:]   // publication id -> mid
@@ -263,13 +268,14 @@ public actor LocalSFURoomMember {
     private var rejoining = false
 
     init(member: Member, room: SFURoom, channel: RpcChannel, urlIndex: Int, request: JoinRequest,
-         reconnectSecret: String?, snapshot: RoomSnapshot?) {
+         reconnectSecret: String?, snapshot: RoomSnapshot?, iceServers: [IceServer] = []) {
         current = Mutex(member)
         self.room = room
         self.channel = channel
         self.urlIndex = urlIndex
         self.request = request
         self.reconnectSecret = reconnectSecret
+        self.iceServers = iceServers
         directory = snapshot.map(RoomDirectory.init) ?? RoomDirectory()
         (events, eventSink) = AsyncStream<RoomEvent>.makeStream()
         (connectionEvents, connectionSink) = AsyncStream<MemberConnectionEvent>.makeStream()
@@ -490,6 +496,52 @@ public actor LocalSFURoomMember {
         return streams
     }
 
+    // MARK: ICE restart
+
+    /// Restarts ICE on one connection (after a network change, or when its path died): both
+    /// sides get new ICE credentials, media goes on over the old path until the new one is up,
+    /// and every publication and subscription stays as it is. `send`: a new offer with the new
+    /// credentials through `negotiate`; `recv`: the server's `restartIce` offer, answered with
+    /// them. Returns when the server has answered (or accepted the answer); the new pair
+    /// follows within the connectivity checks' round trips (`iceRestarts(_:)` counts them).
+    public func restartIce(_ direction: ConnectionSide) async throws {
+        let media = self.media
+        let connected = try await worker.perform { _ in (direction == .send ? media.value.send : media.value.recv) != nil }
+        guard connected else { throw ClientError.badResponse("no \(direction.rawValue) connection to restart") }
+        switch direction {
+        case .send:
+            let local = try await worker.perform { _ -> LocalTransportParameters? in media.value.send?.restartIce() }
+            guard let local else { return }
+            sendVersion += 1
+            let offer = ClientSdp.offer(local: local, tracks: tracks, sessionId: sessionId, version: sendVersion)
+            let result = try await channel.call("negotiate", ["memberId": .string(id), "offer": ["type": "offer", "sdp": .string(offer)]])
+            guard let sdp = result["answer"]?["sdp"]?.string else { throw ClientError.badResponse("negotiate returned no answer") }
+            let remote = try ClientSdp.remoteTransport(of: try SessionDescription.parse(sdp))
+            try await worker.perform { _ in media.value.send?.setRestartedRemote(remote) }
+        case .recv:
+            let result = try await channel.call("restartIce", ["memberId": .string(id), "direction": "recv"])
+            guard let sdp = result["offer"]?["sdp"]?.string else { throw ClientError.badResponse("restartIce returned no offer") }
+            let offer = try SessionDescription.parse(sdp)
+            let remote = try ClientSdp.remoteTransport(of: offer)
+            let local = try await worker.perform { _ -> LocalTransportParameters? in
+                guard let c = media.value.recv else { return nil }
+                let local = c.restartIce()
+                c.setRestartedRemote(remote)
+                return local
+            }
+            guard let local else { return }
+            recvVersion += 1
+            let (answer, _) = ClientSdp.answer(to: offer, local: local, sessionId: sessionId &+ 1, version: recvVersion)
+            try await channel.call("answer", ["memberId": .string(id), "answer": ["type": "answer", "sdp": .string(answer)]])
+        }
+    }
+
+    /// ICE restarts of a connection that have completed (a new pair after `restartIce`).
+    public func iceRestarts(_ direction: ConnectionSide) async throws -> Int {
+        let media = self.media
+        return try await worker.perform { _ in (direction == .send ? media.value.send : media.value.recv)?.iceRestarts ?? 0 }
+    }
+
     /// Waits (up to 15 s) until a connection's DTLS is up.
     private func waitConnected(send: Bool) async throws {
         let media = self.media
@@ -608,6 +660,7 @@ public actor LocalSFURoomMember {
         let joined = try m.decode(Member.self)
         current.withLock { $0 = joined }
         reconnectSecret = result["reconnectSecret"]?.string
+        iceServers = IceServer.list(result["iceServers"])
         if let snapshot = try? result["room"]?.decode(RoomSnapshot.self) { directory = RoomDirectory(snapshot) }
         startKeepalive()
         var publications: [RoomPublication] = []
@@ -675,6 +728,14 @@ public actor LocalSFURoomMember {
         subscribed = [:]
         sendVersion = 0
         recvVersion = 0
+    }
+
+    /// Asks the server for a fresh TURN credential (`getIceServers`) and keeps it in `iceServers`.
+    @discardableResult
+    public func renewIceServers() async throws -> [IceServer] {
+        let result = try await channel.call("getIceServers", ["memberId": .string(id)])
+        iceServers = IceServer.list(result["iceServers"])
+        return iceServers
     }
 
     // MARK: Leaving

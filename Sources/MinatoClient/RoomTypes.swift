@@ -114,6 +114,11 @@ final class MemberMedia {
 }
 
 /// Why a member joins its room again.
+/// One of a member's two connections: `send` (it publishes on it) or `recv` (it subscribes).
+public enum ConnectionSide: String, Sendable {
+    case send, recv
+}
+
 public enum RejoinReason: String, Sendable {
     /// The node hosting the room failed: the server said `closed` with reason `nodeFailed`.
     case nodeFailed

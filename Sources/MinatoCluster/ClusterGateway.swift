@@ -58,6 +58,8 @@ public final class ClusterGateway: LinkChannelSink, Sendable {
         "join": "roomId",
         "leave": "memberId", "keepalive": "memberId", "updateMemberMetadata": "memberId", "publish": "memberId",
         "negotiate": "memberId", "subscribe": "memberId", "answer": "memberId", "iceCandidate": "memberId",
+        "restartIce": "memberId",
+        "getIceServers": "memberId",
         "unpublish": "publicationId", "enablePublication": "publicationId", "disablePublication": "publicationId",
         "updatePublicationMetadata": "publicationId",
         "unsubscribe": "subscriptionId", "changePreferredEncoding": "subscriptionId",

@@ -153,6 +153,8 @@ public enum KeyFrameCause: Int, CaseIterable, Sendable {
     case control
     /// A simulcast consumer switches to this layer and waits for its keyframe.
     case layerSwitch
+    /// A subscriber's transport finished an ICE restart (its path may have been down).
+    case iceRestart
 
     /// The Prometheus label value.
     public var name: String {
@@ -163,6 +165,7 @@ public enum KeyFrameCause: Int, CaseIterable, Sendable {
         case .retry: return "retry"
         case .control: return "control"
         case .layerSwitch: return "layer_switch"
+        case .iceRestart: return "ice_restart"
         }
     }
 }

@@ -15,8 +15,18 @@ extension MediaEngine {
     /// and the upgrade waited for the next probe.
     @inline(__always)
     static func probeTarget(_ need: Int) -> Int { need > Int.max / 2 ? need : need + need / 5 }
-    /// Padding bytes per probe packet (RTP padding, the last byte counts them).
-    static let paddingLength = 224
+    /// The length of a probe packet (RTP header to the end of its padding). A token-bucket
+    /// policer meters bytes and passes a packet only when its bucket holds the packet's whole
+    /// length: once a probe has emptied the bucket, whichever packets are smaller take the
+    /// tokens as they trickle in. With padding packets of 224 bytes that was the padding, and
+    /// the media (160-wide frames of 500-700 bytes) got nothing at all for 250 ms of every
+    /// probe. Probe packets as long as the longest media packets lose first instead, the
+    /// probe fails on its own packets, and the media keeps what it was getting.
+    static let probePacketLength = 1200
+    /// Of which RTP padding (the last byte counts it): the rest is zero bytes in the header
+    /// extension block, which RFC 8285 allows between elements as padding, so the packet
+    /// still has no payload (receivers drop it after counting it for their feedback).
+    static let paddingLength = 4
 
     /// Divides transport `t`'s estimate among its consumers: audio and single-stream video
     /// first (they cannot go lower), then each simulcast consumer in turn gets the highest
@@ -134,7 +144,9 @@ extension MediaEngine {
             let extra = max(probeRate &- media, 0)
             transports[t].probeCredit &+= Int(clamping: UInt64(extra) &* elapsed / 8 / 1_000_000_000)
             let id = consumers[c].parameters.transportSequenceExtensionId
-            let packetLength = 12 + 8 + Self.paddingLength
+            let packetLength = Self.probePacketLength
+            // The extension block: the sequence number element, then zero (padding) bytes.
+            let extensionWords = (packetLength - 12 - 4 - Self.paddingLength) / 4
             while transports[t].probeCredit >= packetLength, transmitCount < outboxSlots {
                 let slot = UnsafeMutableRawBufferPointer(start: outbox + transmitCount * Self.slotSize, count: packetLength)
                 _ = RtpPacketView.writeHeader(into: slot, payloadType: rtxPt, sequenceNumber: consumers[c].rtxSequence,
@@ -143,11 +155,11 @@ extension MediaEngine {
                 let sequence = transports[t].sendSequence
                 transports[t].sendSequence &+= 1
                 slot[0] |= 0x30                          // padding and extension bits
-                slot[12] = 0xBE; slot[13] = 0xDE; slot[14] = 0; slot[15] = 1
+                slot[12] = 0xBE; slot[13] = 0xDE
+                slot[14] = UInt8(truncatingIfNeeded: extensionWords >> 8); slot[15] = UInt8(truncatingIfNeeded: extensionWords)
                 slot[16] = id << 4 | 1
                 slot[17] = UInt8(truncatingIfNeeded: sequence >> 8); slot[18] = UInt8(truncatingIfNeeded: sequence)
-                slot[19] = 0
-                for k in 20..<(packetLength - 1) { slot[k] = 0 }
+                for k in 19..<(packetLength - 1) { slot[k] = 0 }
                 slot[packetLength - 1] = UInt8(Self.paddingLength)
                 transports[t].estimator?.sent(sequence, bytes: packetLength, at: now)
                 enqueue(transport: transportIndex(t), length: packetLength, isRtcp: false)

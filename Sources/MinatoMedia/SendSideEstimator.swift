@@ -71,8 +71,12 @@ struct SendSideEstimator {
     // Probing.
     /// A probe lasts this long unless its losses end it sooner (`received`). Long enough to
     /// drain the burst of a token-bucket policer (nftables byte limits hold a second of
-    /// traffic) when probing well above its rate.
-    static let probeDuration: Nanoseconds = 1_000_000_000
+    /// traffic): a probe at rate p for d seconds fits in a full bucket when p·d ≤ r·(1 + d),
+    /// so a one-second probe passed any policer under half its rate, and the probe for the
+    /// whole lowest layer of a small camera (1.4 times that layer, at 1.9 times the policer's
+    /// rate) succeeded and the upgrade after it lost (issue 25 item 6). At 1.5 s it is found
+    /// up to 1.67 times the policer's rate; a probe into a policer ends on its first losses.
+    static let probeDuration: Nanoseconds = 1_500_000_000
     /// After a probe that failed, packets sent this long count in no loss window (`received`).
     static let probeAftermath: Nanoseconds = 300_000_000
     /// The rate being probed (bits per second) and the probe's window; 0: none.

@@ -45,6 +45,9 @@ public struct RoomConfiguration: Sendable {
     public var maxNewMediaSessionsPerSecPerAddress = 10
     /// Put before every id this server makes (a cluster node's id and a dot); empty on a single node.
     public var idPrefix = ""
+    /// The ICE servers handed to clients: TURN with per-member credentials (`media.turn.*`) and
+    /// `media.clientIceServers` (IceServers.swift).
+    public var iceServers = IceServerConfiguration()
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.

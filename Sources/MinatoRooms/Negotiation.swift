@@ -36,6 +36,10 @@ struct PeerTransport {
     /// Candidates the client has trickled over the connection's life, and those of the description
     /// applied (`media.maxRemoteCandidates` counts them).
     private(set) var trickled = 0
+    /// The client's ICE username fragment and DTLS fingerprint in the description applied (a
+    /// later description with another ufrag is an ICE restart).
+    private(set) var remoteUfrag: String?
+    private(set) var remoteFingerprint: String?
 
     var description: TransportDescription? {
         if case .ready(let d) = state { return d }
@@ -101,14 +105,38 @@ struct PeerTransport {
     /// candidates to add to it, or nil when the remote parameters were applied already (later
     /// descriptions change nothing). Its candidates count with the trickled ones toward
     /// `maxCount` (over it: `limitExceeded`, nothing applied).
-    mutating func applyRemote(candidates: Int = 0, maxCount: Int = .max) throws(RoomError) -> [String?]? {
+    mutating func applyRemote(candidates: Int = 0, maxCount: Int = .max, ufrag: String? = nil,
+                              fingerprint: String? = nil) throws(RoomError) -> [String?]? {
         guard case .pending(let held, _) = remote else { return nil }
         guard candidates <= maxCount - trickled else {
             throw .limitExceeded("The description's \(candidates) candidates and the \(trickled) trickled for this connection are more than \(maxCount) (media.maxRemoteCandidates).")
         }
         remote = .applied
         trickled += candidates
+        remoteUfrag = ufrag
+        if remoteFingerprint == nil { remoteFingerprint = fingerprint }
         return held
+    }
+
+    /// Whether a description from the client restarts ICE: its parameters were applied before,
+    /// and it has another username fragment. A restart must keep the DTLS certificate (DTLS is
+    /// not renegotiated): another fingerprint is refused.
+    func restarts(ufrag: String, fingerprint: String) throws(RoomError) -> Bool {
+        guard case .applied = remote, let applied = remoteUfrag, applied != ufrag else { return false }
+        if let known = remoteFingerprint, known.lowercased() != fingerprint.lowercased() {
+            throw .invalidParameter("An ICE restart keeps the DTLS certificate: this description's fingerprint differs from the connection's (DTLS restarts are not supported).")
+        }
+        return true
+    }
+
+    /// An ICE restart made the transport's new local credentials and candidates `d`: the next
+    /// description from the client is applied (its new credentials go to the restart's agent),
+    /// and candidates trickled from now on belong to the new ICE generation, counted afresh.
+    mutating func restarted(_ d: TransportDescription) {
+        guard case .ready = state else { return }
+        state = .ready(d)
+        remote = .pending(candidates: [], bytes: 0)
+        trickled = 0
     }
 }
 

@@ -105,6 +105,9 @@ public struct JoinResult: Sendable {
     public let member: JSONValue, room: JSONValue
     /// Proves ownership of the member: needed to take it over from another connection.
     public let reconnectSecret: String
+    /// The member's ICE servers (TURN with its own credential, static STUN); empty when none
+    /// are configured.
+    public var iceServers: [IceServer] = []
 }
 
 public struct PublishResult: Sendable {

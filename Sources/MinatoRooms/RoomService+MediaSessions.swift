@@ -57,6 +57,7 @@ extension RoomService {
             }
             guard let answer else { throw RoomError.internalError("The session's answer could not be made.") }
             member.mediaSession?.remoteUfrag = remote.iceUfrag
+            member.mediaSession?.sections = sending.compactMap { m in m.mid.map { ($0, m.kind) } }
             return MediaSessionResult(sessionId: member.mediaSession?.secret ?? "", memberId: member.id, roomId: room.id,
                                       answer: answer.sdp, etag: member.mediaSession?.etag ?? "")
         } catch {
@@ -126,6 +127,7 @@ extension RoomService {
             member.mediaSession?.follows = publisherName
             member.mediaSession?.egress = lines
             member.mediaSession?.remoteUfrag = remote.iceUfrag
+            member.mediaSession?.sections = lines.map { ($0.mid, $0.kind) }
             member.recvVersion += 1
             let answer = SfuSdp.answer(toReceiverOffer: sd, streams: lines.map { $0.stream(cname: "minato-\(publisher.id.prefix(8))") },
                                        local: SdpNegotiation.localTransport(local), sessionId: member.sessionId,
@@ -141,10 +143,12 @@ extension RoomService {
     }
 
     /// A trickle-ice-sdpfrag (RFC 8840) for a session: its candidates (and end-of-candidates)
-    /// go to the session's transport. `ifMatch` must be the session's ETag (or `*`) when given;
-    /// a fragment whose ICE credentials differ from the session's is an ICE restart, which is
-    /// not supported (`MediaSessionError.iceRestartUnsupported`).
-    public func trickle(session secret: String, ifMatch: String?, fragment: String) async throws {
+    /// go to the session's transport. `ifMatch` must be the session's ETag (or `*`) when given.
+    /// A fragment whose ICE credentials differ from the session's is an ICE restart (RFC 9725
+    /// 4.4): the transport restarts ICE with the fragment's credentials and candidates, and the
+    /// result is the server's new fragment (its credentials and candidates) and the session's
+    /// new ETag; nil for plain trickle.
+    public func trickle(session secret: String, ifMatch: String?, fragment: String) async throws -> IceRestartFragment? {
         guard let (room, member) = mediaSessionMember(secret), let session = member.mediaSession else {
             throw RoomError.sessionNotFound()
         }
@@ -152,8 +156,10 @@ extension RoomService {
         // RFC 9725 4.3.1: a PATCH names the session's entity tag (or `*` for an ICE restart).
         guard let ifMatch else { throw MediaSessionError.etagMissing }
         if ifMatch != "*", ifMatch != session.etag { throw MediaSessionError.etagMismatch }
-        if let ufrag = frag.iceUfrag, ufrag != session.remoteUfrag { throw MediaSessionError.iceRestartUnsupported }
         let direction: ConnectionDirection = session.egress.isEmpty ? .send : .recv
+        if let ufrag = frag.iceUfrag, ufrag != session.remoteUfrag {
+            return try await restartIce(session: secret, fragment: frag, ufrag: ufrag, direction: direction, room: room, member: member)
+        }
         let max = configuration.maxRemoteCandidates, held = configuration.maxPendingCandidateBytes
         for candidate in frag.candidates + (frag.endOfCandidates ? [nil] : []) {
             let c = try Validate.candidate(candidate)
@@ -162,6 +168,46 @@ extension RoomService {
             let id = d.id
             try await onWorker(room) { core in try core.addRemoteCandidate(id, line) }
         }
+        return nil
+    }
+
+    /// The ICE restart of a session's PATCH: new local credentials and candidates, the client's
+    /// new ones applied to them, a new ETag.
+    private func restartIce(session secret: String, fragment frag: TrickleFragment, ufrag: String, direction: ConnectionDirection,
+                            room: Room, member: LocalSFURoomMember) async throws -> IceRestartFragment {
+        guard let pwd = frag.icePwd, !pwd.isEmpty else {
+            throw RoomError.invalidParameter("An ICE restart fragment needs a=ice-pwd beside its new a=ice-ufrag.")
+        }
+        guard frag.candidates.count <= configuration.maxRemoteCandidates else {
+            throw RoomError.limitExceeded("A fragment may carry at most \(configuration.maxRemoteCandidates) candidates (media.maxRemoteCandidates).")
+        }
+        guard let id = member.mutateTransport(direction, { $0.description?.id }), let fingerprint = member.mutateTransport(direction, { $0.remoteFingerprint }) else {
+            throw RoomError.invalidParameter("This session has no transport to restart.")
+        }
+        for c in frag.candidates { _ = try Validate.candidate(c) }
+        let local = try await restartIce(direction, of: member, in: room, transport: id)
+        guard var session = member.mediaSession, mediaSessionMember(secret) != nil else { throw RoomError.sessionNotFound() }
+        // The fingerprint is the one already applied: DTLS carries on as it is.
+        let parts = fingerprint.split(separator: " ", maxSplits: 1).map(String.init)
+        let remote = RemoteTransportParameters(iceUfrag: ufrag, icePwd: pwd, fingerprintAlgorithm: parts.first ?? "",
+                                               fingerprint: parts.count > 1 ? parts[1] : "", setup: "active",
+                                               candidates: frag.candidates, endOfCandidates: frag.endOfCandidates)
+        try await applyRemoteOnce(remote, direction, of: member, in: room, transport: id)
+        session.remoteUfrag = ufrag
+        session.etag = "\"" + Self.randomHex(16) + "\""
+        member.mediaSession = session
+        var lines: [String] = []
+        if local.iceLite { lines.append("a=ice-lite") }
+        lines.append("a=ice-ufrag:\(local.iceUfrag)")
+        lines.append("a=ice-pwd:\(local.icePwd)")
+        if !session.sections.isEmpty { lines.append("a=group:BUNDLE " + session.sections.map(\.mid).joined(separator: " ")) }
+        // RFC 8840: candidates belong to an m-section; with BUNDLE, the first one's.
+        let first = session.sections.first ?? ("0", "audio")
+        lines.append("m=\(first.kind) 9 UDP/TLS/RTP/SAVPF 0")
+        lines.append("a=mid:\(first.mid)")
+        for c in local.candidates { lines.append("a=" + c) }
+        lines.append("a=end-of-candidates")
+        return IceRestartFragment(fragment: lines.joined(separator: "\r\n") + "\r\n", etag: session.etag)
     }
 
     /// Ends a session (WHIP/WHEP DELETE): its member leaves (reason `left`).
@@ -406,20 +452,27 @@ public struct MediaSessionResult: Sendable {
     public let etag: String
 }
 
+/// The answer to a PATCH that restarted ICE: the server's trickle-ice-sdpfrag and the session's new ETag.
+public struct IceRestartFragment: Sendable, Equatable {
+    public let fragment: String
+    public let etag: String
+}
+
 /// The HTTP-only outcomes of a session request (everything else is a `RoomError`).
 public enum MediaSessionError: Error, Sendable, Equatable {
     /// `If-Match` names another entity tag (412).
     case etagMismatch
     /// No `If-Match` (428).
     case etagMissing
-    /// The fragment asks for an ICE restart (422: RFC 9725 for a server without it).
-    case iceRestartUnsupported
 }
 
 /// What a session member keeps beside an ordinary member's state.
 struct MediaSession {
     let secret: String
-    let etag: String
+    /// Changes with each ICE restart (RFC 9725 4.4.2).
+    var etag: String
+    /// The session's m-sections (mid, kind), for the fragment an ICE restart answers with.
+    var sections: [(mid: String, kind: String)] = []
     /// The client's ICE username fragment (a PATCH with another one is an ICE restart).
     var remoteUfrag = ""
     /// Egress: the publisher followed, by name, and the answered m-sections.

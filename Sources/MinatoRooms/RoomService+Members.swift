@@ -55,7 +55,8 @@ extension RoomService {
         armSweep()
         emit(room, "memberJoined", ["member": member.json])
         logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
-        return JoinResult(member: member.json, room: room.json, reconnectSecret: member.reconnectSecret)
+        return JoinResult(member: member.json, room: room.json, reconnectSecret: member.reconnectSecret,
+                          iceServers: configuration.iceServers.servers(for: member.id, now: Date()))
     }
 
     /// Members per room, on the server, and owned by one connection (`replacing` leaves, so it
@@ -188,6 +189,9 @@ extension RoomService {
             let (seconds, attoseconds) = after.components
             Timer(label: "minato_transport_connect_seconds")
                 .recordNanoseconds(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000)
+        case .iceRestarted(let id):
+            logger.debug("ICE restart completed", metadata: ["transport": "\(id)"])
+            Counter(label: "minato_ice_restarts_total").increment()
         case .transportClosed(let id, let reason):
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }

@@ -2,6 +2,7 @@ internal import Foundation
 internal import MinatoMedia
 internal import MinatoTransport
 internal import MinatoWire
+internal import Metrics
 
 /// The send connection (the client offers, the server answers): publish, negotiate, the
 /// publication methods, and what both connections share (their transports, trickled
@@ -129,7 +130,12 @@ extension RoomService {
     private func answerSendOffer(_ sd: SessionDescription, remote given: RemoteTransportParameters? = nil, answers: Bool = true,
                                  of member: LocalSFURoomMember, in room: Room) async throws -> (TransportDescription, String) {
         let remote = try given ?? SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
-        let local = try await transport(.send, of: member, in: room)
+        var local = try await transport(.send, of: member, in: room)
+        // An offer with new ICE credentials restarts ICE on the send connection (JSEP's
+        // `iceRestart`): the answer carries the server's new credentials and candidates.
+        if try member.send.restarts(ufrag: remote.iceUfrag, fingerprint: "\(remote.fingerprintAlgorithm) \(remote.fingerprint)") {
+            local = try await restartIce(.send, of: member, in: room, transport: local.id)
+        }
         try await applyRemoteOnce(remote, .send, of: member, in: room, transport: local.id)
         try stillJoined(member, room)
         guard answers else { return (local, "") }
@@ -240,14 +246,31 @@ extension RoomService {
     func applyRemoteOnce(_ remote: RemoteTransportParameters, _ direction: ConnectionDirection,
                          of member: LocalSFURoomMember, in room: Room, transport id: TransportId) async throws {
         let count = remote.candidates.count, max = configuration.maxRemoteCandidates
-        guard let held = try member.mutateTransport(direction, { t throws(RoomError) in try t.applyRemote(candidates: count, maxCount: max) })
-        else { return }
+        let ufrag = remote.iceUfrag, fingerprint = "\(remote.fingerprintAlgorithm) \(remote.fingerprint)"
+        guard let held = try member.mutateTransport(direction, { t throws(RoomError) in
+            try t.applyRemote(candidates: count, maxCount: max, ufrag: ufrag, fingerprint: fingerprint)
+        }) else { return }
         var remote = remote
         for c in held {
             if let c { remote.candidates.append(c) } else { remote.endOfCandidates = true }
         }
         let r = remote
         try await onWorker(room) { core in try core.setRemote(id, r) }
+    }
+
+    /// Restarts ICE on the member's transport for `direction` (`WorkerCore.restartIce`) and
+    /// returns its new description; the client's next description is applied to it.
+    func restartIce(_ direction: ConnectionDirection, of member: LocalSFURoomMember, in room: Room,
+                    transport id: TransportId) async throws -> TransportDescription {
+        let d = try await onWorker(room) { core in try core.restartIce(id) }
+        try stillJoined(member, room)
+        guard member.mutateTransport(direction, { $0.description?.id }) == id else {
+            throw RoomError.internalError("The connection changed during the ICE restart; try again.")
+        }
+        member.mutateTransport(direction) { $0.restarted(d) }
+        Counter(label: "minato_ice_restarts_requested_total", dimensions: [("direction", direction.rawValue)]).increment()
+        logger.info("ICE restart", metadata: ["member": "\(member.id)", "direction": "\(direction.rawValue)", "transport": "\(id)"])
+        return d
     }
 
     /// Runs `body` on the room's media worker; its failures become `RoomError`s with sentences

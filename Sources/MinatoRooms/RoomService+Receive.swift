@@ -72,6 +72,37 @@ extension RoomService {
         }
     }
 
+    /// `restartIce {memberId, direction:"recv"}`: an ICE restart of the receive connection. The
+    /// transport gets new ICE credentials and candidates (media goes on over the old pair until
+    /// the new one is up), and the result is the server's next offer carrying them, made in turn
+    /// with the connection's other offers; the client answers it with `answer`. The send
+    /// connection restarts from the client's side: its next offer with new credentials
+    /// (`negotiate`), so `direction:"send"` is refused.
+    public func restartIce(memberId: String, direction: ConnectionDirection, from channel: ClientChannel) async throws -> SessionDescriptionText {
+        let (room, member) = try joinedMember(memberId, channel: channel)
+        guard direction == .recv else {
+            throw RoomError.invalidParameter("The send connection restarts ICE with an offer that has new ICE credentials (createOffer({iceRestart: true})) sent with negotiate.")
+        }
+        guard member.mediaSession == nil else {
+            throw RoomError.invalidParameter("A WHIP or WHEP session restarts ICE with PATCH (RFC 9725).")
+        }
+        guard member.recv.description != nil else {
+            throw RoomError.invalidParameter("This member has no receive connection to restart (it has not subscribed).")
+        }
+        let token = try await takeReceiveTurn(member, room)
+        do {
+            try stillJoined(member, room)
+            guard let id = member.recv.description?.id else {
+                throw RoomError.invalidParameter("This member has no receive connection to restart.")
+            }
+            let local = try await restartIce(.recv, of: member, in: room, transport: id)
+            return makeReceiveOffer(member, local: local, by: token)
+        } catch {
+            perform(member.receive.release(token, connected: member.channel != nil), for: member)
+            throw error
+        }
+    }
+
     public func changePreferredEncoding(subscriptionId sid: String, preferredEncodingId: String, from channel: ClientChannel) throws {
         let (room, _, sub) = try ownSubscription(sid, channel: channel)
         let pub = room.publication(sub.publicationId)

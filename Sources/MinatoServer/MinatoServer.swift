@@ -48,7 +48,7 @@ public final class MinatoServer: Sendable {
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,
-                        connectTimeout: .seconds(configuration.connectTimeoutSec), tuning: configuration.engineTuning,
+                        consentTimeout: .seconds(configuration.consentTimeoutSec), connectTimeout: .seconds(configuration.connectTimeoutSec), tuning: configuration.engineTuning,
                         logger: logger)
         }
         var authority: TokenAuthority?
@@ -128,7 +128,7 @@ public final class MinatoServer: Sendable {
                  corsOrigins: Set(configuration.adminCorsOrigins), openAPIDocument: openAPI, cluster: cluster,
                  drain: { [self] c in Task { await self.drainAndExit(c) } }).register(on: router)
 
-        WhipWhep(rooms: rooms, iceServers: configuration.clientIceServers,
+        WhipWhep(rooms: rooms, iceServers: configuration.rooms.iceServers,
                  nextConnectionId: { [self] in self.connectionIds.wrappingAdd(1, ordering: .relaxed).oldValue },
                  origins: OriginPolicy(listed: Set(configuration.allowedOrigins)),
                  maxOfferBytes: configuration.rooms.maxSdpBytes, cluster: cluster).register(on: router)
@@ -193,7 +193,7 @@ public final class MinatoServer: Sendable {
                 logger.notice("minato listening", metadata: [
                     "http": "http://\(configuration.host):\(configuration.port)",
                     "ws": "ws://\(configuration.host):\(configuration.port)/ws",
-                    "media": "\(configuration.ice.localAddresses.joined(separator: ",")) udp \(configuration.ice.portMin)-\(configuration.ice.portMax)",
+                    "media": "\(configuration.ice.localAddresses.joined(separator: ",")) \(configuration.ice.tcp ? "udp+tcp" : "udp") \(configuration.ice.portMin)-\(configuration.ice.portMax)",
                     "workers": "\(configuration.resolvedWorkerCount)",
                     "admin": "\(configuration.adminAccess.description)",
                     "auth": "\(configuration.authSecret.isEmpty ? "off (no auth.secret): every signaling request is allowed" : "on")",

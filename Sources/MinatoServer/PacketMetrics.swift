@@ -100,7 +100,7 @@ final class PacketMetrics: Sendable {
             }
             for (cause, n) in now.keyFrameCauses {
                 let c = registry.makeCounter(name: "minato_keyframe_requests_by_cause_total", labels: [("cause", cause)],
-                                             help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control, layer_switch.")
+                                             help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control, layer_switch, ice_restart.")
                 grow(c, n, last.keyFrameCauses[cause] ?? 0)
             }
             for (reason, n) in now.drops {

@@ -44,9 +44,13 @@ public struct ServerConfiguration: Sendable {
     public var mediaWorkers = 0
     /// `media.ice.*`.
     public var ice = IceConfiguration()
-    /// `media.transportTimeoutSec`: a connected transport that receives nothing for this long
-    /// is closed and its member removed with reason `transportClosed` (0 = never).
+    /// `media.transportTimeoutSec`: a connected transport that carried media and then hears
+    /// nothing (no media, RTCP or ICE consent check) for this long is closed and its member
+    /// removed with reason `transportClosed` (0 = never).
     public var transportTimeoutSec = 10
+    /// `media.consentTimeoutSec`: the same for a connected transport that never carried media
+    /// (RFC 7675's consent lifetime; 0 = never).
+    public var consentTimeoutSec = 30
     /// `media.connectTimeoutSec`: a transport whose ICE and DTLS have not connected this many
     /// seconds after it was made is closed and its member removed (`transportClosed`).
     public var connectTimeoutSec = 20
@@ -59,7 +63,7 @@ public struct ServerConfiguration: Sendable {
     /// bandwidth estimate before its first transport-wide feedback, and the range it stays in
     /// (simulcast layers are chosen to fit it).
     public var bandwidthInitialKbps = 2000
-    public var bandwidthMinKbps = 50
+    public var bandwidthMinKbps = 30
     public var bandwidthMaxKbps = 20_000
     /// `media.rtcp.maxPacketsPerSec` / `maxWorkPerSec`: RTCP one transport's peer may send,
     /// in compound packets and in work units (one per RTCP packet, report block, FIR entry,
@@ -92,9 +96,18 @@ public struct ServerConfiguration: Sendable {
     /// `admin.corsOrigins`: origins allowed to call `/v1` from a browser (CORS); empty = none.
     public var adminCorsOrigins: [String] = []
     /// `media.clientIceServers`: STUN/TURN URLs offered to WHIP and WHEP clients in `Link:
-    /// <url>; rel="ice-server"` headers; empty = none (the server is reachable without them
-    /// when it announces a public address).
-    public var clientIceServers: [String] = []
+    /// <url>; rel="ice-server"` headers (and its `stun:` ones in `join`'s `iceServers`); empty =
+    /// none (the server is reachable without them when it announces a public address).
+    public var clientIceServers: [String] {
+        get { rooms.iceServers.staticUrls }
+        set { rooms.iceServers.staticUrls = newValue }
+    }
+    /// `media.turn.*`: the TURN server (coturn) clients are given per-member credentials for;
+    /// the values live in `rooms.iceServers` (MinatoRooms' IceServers.swift).
+    public var turn: IceServerConfiguration {
+        get { rooms.iceServers }
+        set { rooms.iceServers = newValue }
+    }
     /// `cluster.*`: several nodes sharing one Redis (empty `cluster.redisUrl` = one node).
     public var cluster = ClusterConfiguration()
 
@@ -193,6 +206,7 @@ public struct ServerConfiguration: Sendable {
             throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
         }
         if let problem = cluster.problem() { throw ConfigurationError(message: problem) }
+        if let problem = turn.problem { throw ConfigurationError(message: problem) }
     }
 
     private static func flatten(_ node: Node, prefix: String, into out: inout [(String, Node)]) {
@@ -310,7 +324,9 @@ struct ConfigKey: Sendable {
         .int("media.ice.portMin", 1024...65535, { Int($0.ice.portMin) }) { $0.ice.portMin = UInt32($1) },
         .int("media.ice.portMax", 1024...65535, { Int($0.ice.portMax) }) { $0.ice.portMax = UInt32($1) },
         .bool("media.ice.lite", { $0.ice.lite }) { $0.ice.lite = $1 },
+        .bool("media.ice.tcp", { $0.ice.tcp }) { $0.ice.tcp = $1 },
         .int("media.transportTimeoutSec", 0...3600, { $0.transportTimeoutSec }) { $0.transportTimeoutSec = $1 },
+        .int("media.consentTimeoutSec", 0...3600, { $0.consentTimeoutSec }) { $0.consentTimeoutSec = $1 },
         .int("media.connectTimeoutSec", 1...600, { $0.connectTimeoutSec }) { $0.connectTimeoutSec = $1 },
         .int("media.retransmissionBufferPackets", 16...32_768, { $0.retransmissionBufferPackets }) { $0.retransmissionBufferPackets = $1 },
         .int("media.retransmissionMaxAgeMs", 100...10_000, { $0.retransmissionMaxAgeMs }) { $0.retransmissionMaxAgeMs = $1 },
@@ -371,6 +387,18 @@ struct ConfigKey: Sendable {
             }
             c.clientIceServers = list
         },
+        ConfigKey(path: "media.turn.urls", value: { $0.turn.turnUrls.isEmpty ? "(none: no TURN)" : $0.turn.turnUrls.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            for u in list { if let problem = IceServerConfiguration.urlProblem(u) { throw ConfigurationError(message: "\(s): \(problem)") } }
+            c.turn.turnUrls = list
+        },
+        ConfigKey(path: "media.turn.secret", value: { $0.turn.turnSecret.isEmpty ? "(not set)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard v.isEmpty || v.utf8.count >= IceServerConfiguration.minSecretBytes else {
+                throw ConfigurationError(message: "\(s): the secret must be at least \(IceServerConfiguration.minSecretBytes) bytes (or empty)")
+            }
+            c.turn.turnSecret = v
+        },
+        .int("media.turn.ttlSec", IceServerConfiguration.ttlRange, { $0.turn.turnTtlSec }) { $0.turn.turnTtlSec = $1 },
         ConfigKey(path: "cluster.redisUrl", value: { $0.cluster.redisUrl.isEmpty ? "(none: single node)" : $0.cluster.redisUrl }) { (c: inout ServerConfiguration, v: String, _: String) throws(ConfigurationError) in
             c.cluster.redisUrl = v.trimmingCharacters(in: .whitespaces)
         },

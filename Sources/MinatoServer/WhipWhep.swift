@@ -14,7 +14,8 @@ internal import Synchronization
 ///
 ///     POST   /whip/{room}[?name=…]        application/sdp offer -> 201 answer, Location, ETag, Link
 ///     POST   /whep/{room}/{member}         application/sdp recvonly offer -> 201 answer, …
-///     PATCH  /whip|whep/session/{id}       application/trickle-ice-sdpfrag -> 204
+///     PATCH  /whip|whep/session/{id}       application/trickle-ice-sdpfrag -> 204 (trickle), or 200
+///                                          with the server's fragment and a new ETag (ICE restart)
 ///     DELETE /whip|whep/session/{id}       -> 200
 ///     OPTIONS on every one of these        preflight -> 204
 ///
@@ -25,8 +26,10 @@ internal import Synchronization
 /// page of any other origin is answered 403 (`WhipWhepOrigins`).
 struct WhipWhep: Sendable {
     let rooms: RoomService
-    /// `Link: <url>; rel="ice-server"` values for the answer (`media.clientIceServers`).
-    let iceServers: [String]
+    /// The answer's `Link: <url>; rel="ice-server"` headers: the TURN server (`media.turn.*`)
+    /// with a credential minted for the session's member (RFC 9725 §4.6), then
+    /// `media.clientIceServers`.
+    let iceServers: IceServerConfiguration
     /// Ids for the sessions' one-request connections, from the server's connection counter.
     let nextConnectionId: @Sendable () -> UInt64
     /// Which pages may call these (`server.allowedOrigins`).
@@ -95,7 +98,13 @@ struct WhipWhep: Sendable {
             + "/session/" + result.sessionId
         headers[.eTag] = result.etag
         if let link = Self.linkField {
-            for server in iceServers { headers.append(HTTPField(name: link, value: "<\(server)>; rel=\"ice-server\"")) }
+            // The credential names the member, never the session id (that is the session URL's
+            // secret, and a TURN username is sent in the clear and logged by the TURN server).
+            if let credential = iceServers.credential(for: result.memberId, now: Date()) {
+                let turn = IceServer(urls: iceServers.turnUrls, username: credential.username, credential: credential.password)
+                for value in turn.linkValues { headers.append(HTTPField(name: link, value: value)) }
+            }
+            for server in iceServers.staticUrls { headers.append(HTTPField(name: link, value: "<\(server)>; rel=\"ice-server\"")) }
         }
         return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: result.answer)))
     }
@@ -121,8 +130,14 @@ struct WhipWhep: Sendable {
         guard await rooms.mediaSessionExists(id) else { throw RoomError.sessionNotFound() }
         try Self.requireContentType(request, "application/trickle-ice-sdpfrag")
         let fragment = try await Self.body(request, max: Self.maxFragmentBytes)
-        try await rooms.trickle(session: id, ifMatch: request.headers[.ifMatch], fragment: fragment)
-        return Self.text(.noContent, "")
+        guard let restart = try await rooms.trickle(session: id, ifMatch: request.headers[.ifMatch], fragment: fragment) else {
+            return Self.text(.noContent, "")
+        }
+        // RFC 9725 4.4.2: an ICE restart is answered 200 with the server's new fragment and ETag.
+        var response = Self.text(.ok, restart.fragment)
+        response.headers[.contentType] = "application/trickle-ice-sdpfrag"
+        response.headers[.eTag] = restart.etag
+        return response
     }
 
     // MARK: Responses
@@ -135,8 +150,6 @@ struct WhipWhep: Sendable {
             switch e {
             case .etagMismatch: return Self.text(.preconditionFailed, "If-Match does not name this session's ETag\n")
             case .etagMissing: return Self.text(.init(code: 428), "a PATCH needs If-Match with the session's ETag\n")
-            case .iceRestartUnsupported:
-                return Self.text(.unprocessableContent, "ICE restart is not supported: end this session and start a new one\n")
             }
         } catch let e as RoomError {
             var response = Self.text(Self.status(for: e), "\(e.name): \(e.detail)\n")

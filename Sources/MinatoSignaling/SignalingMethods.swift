@@ -72,7 +72,13 @@ extension SignalingMethod {
                             keepaliveIntervalSec: try p.optionalInt("keepaliveIntervalSec"),
                             keepaliveIntervalGapSec: try p.optionalInt("keepaliveIntervalGapSec"),
                             replace: try p.optionalBool("replace") ?? false, type: try p.optionalString("type")), from: c)
-            return ["member": r.member, "room": r.room, "reconnectSecret": .string(r.reconnectSecret)]
+            var result: [String: JSONValue] = ["member": r.member, "room": r.room, "reconnectSecret": .string(r.reconnectSecret)]
+            // Only when the server has ICE servers to hand out (media.turn.*, media.clientIceServers).
+            if !r.iceServers.isEmpty { result["iceServers"] = .array(r.iceServers.map(\.json)) }
+            return .object(result)
+        },
+        SignalingMethod("getIceServers", .member(nil), target: member) { p, core, c in
+            ["iceServers": .array(try core.iceServers(memberId: try p.string("memberId"), from: c).map(\.json))]
         },
         SignalingMethod("leave", .member(nil), target: member) { p, core, c in
             try core.leave(memberId: try p.string("memberId"), from: c)
@@ -141,6 +147,15 @@ extension SignalingMethod {
             }
             try await core.addIceCandidate(memberId: try p.string("memberId"), direction: direction, candidate: text, from: c)
             return [:]
+        },
+        SignalingMethod("restartIce", access: { p in
+            ((try? p.string("direction")) == "send" ? .member("publish") : .member("subscribe"), member(p))
+        }) { p, core, c in
+            guard let direction = ConnectionDirection(rawValue: try p.string("direction")) else {
+                throw RoomError.invalidParameter("direction must be \"send\" or \"recv\".")
+            }
+            let offer = try await core.restartIce(memberId: try p.string("memberId"), direction: direction, from: c)
+            return ["offer": offer.json]
         },
         SignalingMethod("changePreferredEncoding", .member("subscribe"), target: subscription) { p, core, c in
             try core.changePreferredEncoding(subscriptionId: try p.string("subscriptionId"),

@@ -72,6 +72,31 @@ public final class ClientConnection {
                                role: dtlsRole == .client ? .client : .server))
     }
 
+    /// Starts an ICE restart on this connection (after a network change): new local ICE
+    /// credentials for the next offer or answer; media goes on over the current pair until the
+    /// peer's new credentials (`setRestartedRemote`) lead to a new one. DTLS and SRTP carry on.
+    @discardableResult
+    public func restartIce() -> LocalTransportParameters {
+        guard let ice, state != .closed, ice.restart() else { return local }
+        restarting = true
+        local = LocalTransportParameters(iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
+                                         candidates: ice.localCandidates(), fingerprint: local.fingerprint)
+        return local
+    }
+
+    /// The peer's ICE credentials and candidates after a restart (`restartIce`).
+    public func setRestartedRemote(_ remote: RemoteTransportParameters) {
+        guard let ice, restarting else { return }
+        ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
+        for c in remote.candidates { ice.addRemoteCandidate(c) }
+        if remote.endOfCandidates { ice.endOfRemoteCandidates() }
+    }
+
+    /// Whether an ICE restart is waiting for its new pair.
+    public private(set) var restarting = false
+    /// ICE restarts completed (a pair after `restartIce`).
+    public private(set) var iceRestarts = 0
+
     /// Adds a trickled remote candidate; nil or empty means end of candidates.
     public func addRemoteCandidate(_ candidate: String?) {
         guard let ice else { return }
@@ -115,7 +140,16 @@ public final class ClientConnection {
 
     // MARK: From libnice and the worker's tick
 
-    func iceChanged(_ progress: IceProgress) { apply(secure.iceChanged(progress)) }
+    func iceChanged(_ progress: IceProgress) {
+        if restarting {
+            // During a restart the old pair carries on; a failure of the checks is the caller's
+            // to retry (another restart), not the end of the connection.
+            guard progress == .connected else { return }
+            restarting = false
+            iceRestarts += 1
+        }
+        apply(secure.iceChanged(progress))
+    }
 
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer) {

@@ -11,7 +11,8 @@ public final class ClientWorker: Sendable {
     typealias Inbox = WorkerInbox<ClientWorkerCore>
 
     /// `ice` gives the local addresses (127.0.0.1 by default) and the port range of the client's
-    /// agents (0...0 lets the kernel pick); its `lite` flag is ignored (clients run full ICE).
+    /// agents (0...0 lets the kernel pick); its `lite` and `tcp` flags are ignored (clients run
+    /// full ICE over UDP).
     public init(runtime: CryptoRuntime, ice: IceConfiguration = IceConfiguration(portMin: 0, portMax: 0),
                 name: String = "minato-client") {
         let context = g_main_context_new()!
@@ -19,6 +20,7 @@ public final class ClientWorker: Sendable {
         self.inbox = inbox
         var config = ice
         config.lite = false
+        config.tcp = false
         let box = UncheckedBox((context, runtime, config))
         let thread = Thread {
             let (context, runtime, ice) = box.value

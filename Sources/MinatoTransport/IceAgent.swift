@@ -12,8 +12,12 @@ public struct IceConfiguration: Sendable {
     public var portMax: UInt32
     /// ICE-lite (the server answers checks, never sends them) or full ICE.
     public var lite: Bool
-    public init(localAddresses: [String] = ["127.0.0.1"], portMin: UInt32 = 40000, portMax: UInt32 = 40999, lite: Bool = true) {
-        self.localAddresses = localAddresses; self.portMin = portMin; self.portMax = portMax; self.lite = lite
+    /// ICE-TCP (RFC 6544, framed per RFC 4571): passive TCP host candidates on the same
+    /// addresses and port range, beside the UDP ones. Browsers pair them only when UDP fails.
+    public var tcp: Bool
+    public init(localAddresses: [String] = ["127.0.0.1"], portMin: UInt32 = 40000, portMax: UInt32 = 40999, lite: Bool = true,
+                tcp: Bool = true) {
+        self.localAddresses = localAddresses; self.portMin = portMin; self.portMax = portMax; self.lite = lite; self.tcp = tcp
     }
 }
 
@@ -48,7 +52,8 @@ final class IceAgent {
          receive: NiceAgentRecvFunc = iceReceive,
          stateChanged: minato_component_state_cb = iceStateChanged) throws {
         let controls = controlling ?? !configuration.lite
-        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, controls ? 1 : 0)
+        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, controls ? 1 : 0,
+                                                configuration.tcp ? 1 : 0)
         else { throw Failure.create }
         self.agent = agent
         for ip in configuration.localAddresses {
@@ -70,9 +75,13 @@ final class IceAgent {
             g_object_unref(UnsafeMutableRawPointer(agent))
             throw Failure.gather
         }
+        readLocalCredentials()
+    }
+
+    private func readLocalCredentials() {
         var ufrag: UnsafeMutablePointer<gchar>?
         var pwd: UnsafeMutablePointer<gchar>?
-        if nice_agent_get_local_credentials(agent, stream, &ufrag, &pwd) != 0, let ufrag, let pwd {
+        if nice_agent_get_local_credentials(agent, streamId, &ufrag, &pwd) != 0, let ufrag, let pwd {
             localUfrag = String(cString: ufrag)
             localPwd = String(cString: pwd)
             g_free(ufrag)
@@ -89,7 +98,9 @@ final class IceAgent {
         g_object_unref(UnsafeMutableRawPointer(agent))
     }
 
-    /// Our candidates as SDP attribute values ("candidate:…" without "a=").
+    /// Our candidates as SDP attribute values ("candidate:…" without "a="). Of the TCP ones only
+    /// the passive candidates: an ICE-lite server is never the side that connects, and a full
+    /// agent (the Swift client) offers active ones only to peers that listen (not Minato).
     func localCandidates() -> [String] {
         var out: [String] = []
         var list = nice_agent_get_local_candidates(agent, streamId, 1)
@@ -99,13 +110,24 @@ final class IceAgent {
                let sdp = nice_agent_generate_local_candidate_sdp(agent, cand) {
                 var line = String(cString: sdp)
                 if line.hasPrefix("a=") { line.removeFirst(2) }
-                out.append(line)
+                if cand.pointee.transport == NICE_CANDIDATE_TRANSPORT_UDP || cand.pointee.transport == NICE_CANDIDATE_TRANSPORT_TCP_PASSIVE {
+                    out.append(line)
+                }
                 g_free(sdp)
             }
             list = node.pointee.next
         }
         if let head { g_slist_free_full(head) { nice_candidate_free($0?.assumingMemoryBound(to: NiceCandidate.self)) } }
         return out
+    }
+
+    /// Restarts the stream (RFC 8445 9, a full agent's side): new local credentials, the remote
+    /// candidates and checks cleared; libnice keeps sending on the selected pair until new
+    /// checks succeed. Give the peer's new credentials and candidates afterwards.
+    func restart() -> Bool {
+        guard nice_agent_restart_stream(agent, streamId) != 0 else { return false }
+        readLocalCredentials()
+        return true
     }
 
     func setRemoteCredentials(ufrag: String, pwd: String) {
@@ -118,7 +140,7 @@ final class IceAgent {
         var text = line
         if text.hasPrefix("a=") { text.removeFirst(2) }
         if !text.hasPrefix("candidate:") { text = "candidate:" + text }
-        // libnice handles UDP only; TCP candidates are skipped (ICE-TCP is off).
+        // With ICE-TCP off libnice refuses TCP candidates here (they are skipped).
         guard let cand = nice_agent_parse_remote_candidate_sdp(agent, streamId, "a=" + text) else { return false }
         let list = g_slist_append(nil, cand)
         let added = nice_agent_set_remote_candidates(agent, streamId, 1, list)
@@ -158,7 +180,7 @@ func iceReceive(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ 
 func iceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
     let transport = Unmanaged<WebRtcTransport>.fromOpaque(owner).takeUnretainedValue()
-    transport.worker.iceChanged(IceProgress(state), on: transport)
+    transport.worker.iceChanged(IceProgress(state), agent: agent, on: transport)
 }
 
 /// What a libnice component state means to an agent's owner (server or client transport).

@@ -10,6 +10,8 @@ public enum WorkerEvent: Sendable {
     /// ICE, DTLS and SRTP are up, `after` the transport was made.
     case transportConnected(TransportId, after: Duration)
     case transportClosed(TransportId, reason: TransportCloseReason)
+    /// An ICE restart's new agent has a pair and took over the transport.
+    case iceRestarted(TransportId)
 }
 
 /// Counters a worker reports (read through `perform`).
@@ -72,13 +74,15 @@ public final class MediaWorker: Sendable {
 
     typealias Inbox = WorkerInbox<WorkerCore>
 
-    /// `transportTimeout`: a connected transport that received no media or RTCP for this long
-    /// is closed (`TransportCloseReason.mediaTimeout`). `connectTimeout`: a transport whose ICE
-    /// and DTLS have not connected this long after it was created is closed
-    /// (`.connectTimeout`). Zero disables either.
+    /// `transportTimeout`: a connected transport that carried media and then heard nothing from
+    /// its peer (no media, RTCP or ICE consent check) for this long is closed
+    /// (`TransportCloseReason.mediaTimeout`). `consentTimeout`: the same for one that never
+    /// carried media (`.consentTimeout`). `connectTimeout`: a transport whose ICE and DTLS have
+    /// not connected this long after it was created is closed (`.connectTimeout`). Zero
+    /// disables one.
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
-                transportTimeout: Duration, connectTimeout: Duration = .seconds(20), tuning: EngineTuning = EngineTuning(),
-                logger: Logger) {
+                transportTimeout: Duration, consentTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(20),
+                tuning: EngineTuning = EngineTuning(), logger: Logger) {
         self.index = index
         let context = g_main_context_new()!
         let inbox = Inbox(context: context)
@@ -87,6 +91,7 @@ public final class MediaWorker: Sendable {
         self.events = stream
         let timeoutNs = nanoseconds(of: transportTimeout)
         let connectTimeoutNs = nanoseconds(of: connectTimeout)
+        let consentTimeoutNs = nanoseconds(of: consentTimeout)
         let box = UncheckedBox((context, runtime, ice, continuation, logger, tuning))
         let name = "minato-media-\(index)"
         let thread = Thread {
@@ -95,7 +100,8 @@ public final class MediaWorker: Sendable {
             minato_set_thread_name(name)
             let (context, runtime, ice, continuation, logger, tuning) = box.value
             let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
-                                  transportTimeout: timeoutNs, connectTimeout: connectTimeoutNs, tuning: tuning, logger: logger)
+                                  transportTimeout: timeoutNs, consentTimeout: consentTimeoutNs, connectTimeout: connectTimeoutNs,
+                                  tuning: tuning, logger: logger)
             core.run(inbox: inbox)
         }
         thread.name = name
@@ -164,14 +170,14 @@ public final class WorkerCore {
     private var transportDeadlinesStale = false
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
-         events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds,
+         events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds, consentTimeout: Nanoseconds = 0,
          connectTimeout: Nanoseconds = 20_000_000_000, tuning: EngineTuning = EngineTuning(), logger: Logger) {
         self.engine = MediaEngine(outboxSlots: WorkerCore.outboxSlots, tuning: tuning)
         self.context = context
         self.runtime = runtime
         self.ice = ice
         self.eventSink = events
-        self.timeouts = TransportTimeouts(connect: connectTimeout, media: transportTimeout)
+        self.timeouts = TransportTimeouts(connect: connectTimeout, media: transportTimeout, consent: consentTimeout)
         self.logger = logger
     }
 
@@ -245,6 +251,21 @@ public final class WorkerCore {
         guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
         apply(t.setRemote(remote), to: t)
         transportDeadlinesStale = true
+    }
+
+    /// Starts an ICE restart on a transport (`WebRtcTransport.restartIce`): its new local
+    /// credentials and candidates, for the next offer or answer.
+    public func restartIce(_ id: TransportId) throws -> TransportDescription {
+        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        do {
+            let d = try t.restartIce(runtime: runtime, configuration: ice, now: monotonicNow())
+            transportDeadlinesStale = true
+            return d
+        } catch IceAgent.Failure.gather {
+            throw WorkerError.noFreePort
+        } catch {
+            throw WorkerError.transport("\(error)")
+        }
     }
 
     public func addRemoteCandidate(_ id: TransportId, _ candidate: String?) throws {
@@ -426,9 +447,16 @@ public final class WorkerCore {
 
     // MARK: From transports
 
-    /// An ICE state change of `t` (through `iceStateChanged`).
-    func iceChanged(_ progress: IceProgress, on t: WebRtcTransport) {
-        apply(t.iceChanged(progress), to: t)
+    /// An ICE state change of one of `t`'s agents (through `iceStateChanged`).
+    func iceChanged(_ progress: IceProgress, agent: OpaquePointer?, on t: WebRtcTransport) {
+        let restarting = t.isRestartingIce
+        apply(t.iceChanged(progress, agent: agent), to: t)
+        if restarting, !t.isRestartingIce, transports[t.id] === t {
+            engine.requestKeyFramesForConsumers(on: t.index, now: monotonicNow(), cause: .iceRestart)
+            flush()
+            logger.info("ICE restart completed", metadata: ["transport": "\(t.id)", "restarts": "\(t.iceRestarts)"])
+            eventSink.yield(.iceRestarted(t.id))
+        }
         transportDeadlinesStale = true
     }
 
@@ -436,6 +464,7 @@ public final class WorkerCore {
         switch update {
         case .none: break
         case .connected:
+            t.secure.heard(at: monotonicNow())
             let after = monotonicNow() &- t.secure.createdAt
             logger.debug("transport connected", metadata: [
                 "transport": "\(t.id)", "afterMs": "\(after / 1_000_000)", "dtlsHeldForIce": "\(t.handshakeDatagramsHeld)"])

@@ -20,12 +20,17 @@ enum ReceiveOutcome {
     case handshake(TransportUpdate)
 }
 
-/// The timeouts a `SecureTransport` enforces (0 disables either).
+/// The timeouts a `SecureTransport` enforces (0 disables one).
 struct TransportTimeouts: Equatable {
     /// ICE and DTLS must both be up this long after the transport was made.
     var connect: Nanoseconds
-    /// A connected transport must decrypt some SRTP or SRTCP at least this often.
+    /// A connected transport that carried media is closed after this long with nothing heard
+    /// from the peer: no SRTP or SRTCP, and no other datagram its driver reports (`heard`: on
+    /// the server, the ICE consent checks a browser keeps sending, so a muted member stays).
     var media: Nanoseconds
+    /// A connected transport that never carried media is closed after this long with nothing
+    /// heard (RFC 7675's 30 s consent lifetime on the server).
+    var consent: Nanoseconds = 0
 }
 
 /// The sans-IO heart of one WebRTC transport, shared by the server (`WebRtcTransport`) and the
@@ -54,6 +59,8 @@ final class SecureTransport {
     let createdAt: Nanoseconds
     /// When SRTP or SRTCP last decrypted (nil: never), for the media timeout.
     private(set) var lastMediaAt: Nanoseconds?
+    /// When anything else was last heard from the peer (`heard`), for both timeouts.
+    private(set) var lastHeardAt: Nanoseconds?
 
     init(runtime: CryptoRuntime, now: Nanoseconds, timeouts: TransportTimeouts,
          srtpProfiles: String? = nil, dtlsRetransmitMicroseconds: UInt32? = nil) throws {
@@ -94,6 +101,24 @@ final class SecureTransport {
         }
     }
 
+    /// The peer was heard at `time` (a datagram its driver saw that `received` does not: an ICE
+    /// check, read from the kernel's timestamp; the moment DTLS connected; an ICE restart's
+    /// request). Moves the media and consent timeouts; an earlier time changes nothing.
+    func heard(at time: Nanoseconds) {
+        if time > (lastHeardAt ?? 0) { lastHeardAt = time }
+    }
+
+    /// The connected transport's silence limit: from the later of the last media and the last
+    /// thing heard, `media` once it carried media, else `consent` (nil: none applies).
+    private var silenceDeadline: (at: Nanoseconds, reason: TransportCloseReason)? {
+        if let media = lastMediaAt {
+            guard timeouts.media > 0 else { return nil }
+            return (saturatingAdd(max(media, lastHeardAt ?? 0), timeouts.media), .mediaTimeout(duration(timeouts.media)))
+        }
+        guard timeouts.consent > 0 else { return nil }
+        return (saturatingAdd(lastHeardAt ?? createdAt, timeouts.consent), .consentTimeout(duration(timeouts.consent)))
+    }
+
     /// One datagram from ICE (STUN was consumed there already), demultiplexed (RFC 7983) and,
     /// for SRTP/SRTCP, decrypted in place. `expects` is asked, before `srtp_unprotect`, whether
     /// an RTP packet's SSRC (from its clear header) belongs here: libsrtp would otherwise set
@@ -129,14 +154,15 @@ final class SecureTransport {
     }
 
     /// When this transport next needs `handleTimeout`: the DTLS retransmission timer while
-    /// connecting, the connect timeout until connected, the media timeout after (from the last
-    /// media received, so it moves with traffic and is rechecked when it fires). `.max`: never.
+    /// connecting, the connect timeout until connected, the media or consent timeout after (from
+    /// the last thing heard, so it moves with traffic and is rechecked when it fires; a driver
+    /// that learns of datagrams only when asked reports them with `heard` before
+    /// `handleTimeout`). `.max`: never.
     func deadline(now: Nanoseconds) -> Nanoseconds {
         switch state {
         case .closed: return .max
         case .connected:
-            guard timeouts.media > 0, let last = lastMediaAt else { return .max }
-            return saturatingAdd(last, timeouts.media)
+            return silenceDeadline?.at ?? .max
         case .new, .connecting:
             var soonest = timeouts.connect > 0 ? saturatingAdd(createdAt, timeouts.connect) : .max
             if state == .connecting, let ms = dtls.timeoutMilliseconds {
@@ -151,9 +177,7 @@ final class SecureTransport {
         switch state {
         case .closed: return .none
         case .connected:
-            if timeouts.media > 0, let last = lastMediaAt, now >= saturatingAdd(last, timeouts.media) {
-                return fail(.mediaTimeout(duration(timeouts.media)))
-            }
+            if let limit = silenceDeadline, now >= limit.at { return fail(limit.reason) }
             return .none
         case .new, .connecting:
             if timeouts.connect > 0, now >= saturatingAdd(createdAt, timeouts.connect) {

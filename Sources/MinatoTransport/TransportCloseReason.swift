@@ -9,10 +9,14 @@ public enum TransportCloseReason: Sendable, Equatable, CustomStringConvertible {
     case srtpSetupFailed
     /// ICE and DTLS did not both connect within the worker's connect timeout.
     case connectTimeout(Duration)
-    /// A connected transport received no media or RTCP for the worker's media timeout.
+    /// A connected transport that carried media heard nothing (no media, RTCP or ICE check)
+    /// for the worker's media timeout.
     case mediaTimeout(Duration)
+    /// A connected transport that never carried media heard nothing (not even an ICE consent
+    /// check) for the worker's consent timeout.
+    case consentTimeout(Duration)
 
-    /// "ice", "dtls", "srtp", "connect_timeout" or "timeout".
+    /// "ice", "dtls", "srtp", "connect_timeout", "timeout" or "consent_timeout".
     public var metricName: String {
         switch self {
         case .iceFailed: return "ice"
@@ -20,6 +24,7 @@ public enum TransportCloseReason: Sendable, Equatable, CustomStringConvertible {
         case .srtpSetupFailed: return "srtp"
         case .connectTimeout: return "connect_timeout"
         case .mediaTimeout: return "timeout"
+        case .consentTimeout: return "consent_timeout"
         }
     }
 
@@ -29,7 +34,8 @@ public enum TransportCloseReason: Sendable, Equatable, CustomStringConvertible {
         case .dtlsFailed(let f): return "DTLS failed: \(f)"
         case .srtpSetupFailed: return "the SRTP session could not be created from the DTLS keys"
         case .connectTimeout(let d): return "connect timeout: ICE and DTLS did not connect within \(secondsText(d)) s"
-        case .mediaTimeout(let d): return "no media or RTCP for \(secondsText(d)) s"
+        case .mediaTimeout(let d): return "nothing heard (media, RTCP or ICE check) for \(secondsText(d)) s"
+        case .consentTimeout(let d): return "no media and no ICE consent check for \(secondsText(d)) s"
         }
     }
 }

@@ -57,8 +57,16 @@ final class WebRtcTransport {
     /// this transport's outcomes to its worker. The transport itself never calls it.
     unowned let worker: WorkerCore
     private var ice: IceAgent?
+    /// The agent of an ICE restart under way (`restartIce`): it answers the peer's checks with
+    /// the new credentials while media goes on through `ice`, and replaces `ice` once it has a
+    /// pair. DTLS and SRTP are untouched by a restart.
+    private var restartingIce: IceAgent?
+    /// The worker's GLib context (agents are made and freed on it).
+    private var context: OpaquePointer?
     let secure: SecureTransport
     private var sender = DatagramSender()
+    /// ICE restarts completed (the new agent took over).
+    private(set) var iceRestarts = 0
 
     init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport) {
         self.id = id
@@ -71,18 +79,45 @@ final class WebRtcTransport {
 
     /// Creates the ICE agent (separate from init so `self` can be handed to C).
     func open(runtime: CryptoRuntime, context: OpaquePointer, configuration: IceConfiguration) throws -> TransportDescription {
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        let ice = try IceAgent(context: context, configuration: configuration, owner: me)
-        ice.onSelectedPairChange(transportSelectedPairChanged, owner: me)
+        let ice = try makeAgent(context: context, configuration: configuration)
         self.ice = ice
-        return TransportDescription(id: id, iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
-                                    candidates: ice.localCandidates(), fingerprint: runtime.fingerprint,
-                                    iceLite: configuration.lite)
+        self.context = context
+        return describe(ice, runtime: runtime, configuration: configuration)
     }
 
-    /// Applies the remote ICE credentials, candidates, fingerprint and DTLS role.
+    private func makeAgent(context: OpaquePointer, configuration: IceConfiguration) throws -> IceAgent {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let agent = try IceAgent(context: context, configuration: configuration, owner: me)
+        agent.onSelectedPairChange(transportSelectedPairChanged, owner: me)
+        return agent
+    }
+
+    private func describe(_ agent: IceAgent, runtime: CryptoRuntime, configuration: IceConfiguration) -> TransportDescription {
+        TransportDescription(id: id, iceUfrag: agent.localUfrag, icePwd: agent.localPwd,
+                             candidates: agent.localCandidates(), fingerprint: runtime.fingerprint,
+                             iceLite: configuration.lite)
+    }
+
+    /// Starts an ICE restart (RFC 8445 9): a new agent with fresh credentials and candidates,
+    /// beside the current one, which keeps carrying media until the new one has a pair (then it
+    /// is freed). The next `setRemote` gives the new agent the peer's new credentials. A restart
+    /// while one is under way replaces it. The silence timeouts count from now.
+    func restartIce(runtime: CryptoRuntime, configuration: IceConfiguration, now: Nanoseconds) throws -> TransportDescription {
+        guard let context, ice != nil else { throw IceAgent.Failure.stream }
+        let fresh = try makeAgent(context: context, configuration: configuration)
+        restartingIce?.close(context: context)
+        restartingIce = fresh
+        secure.heard(at: now)
+        return describe(fresh, runtime: runtime, configuration: configuration)
+    }
+
+    /// Whether an ICE restart is waiting for its first pair.
+    var isRestartingIce: Bool { restartingIce != nil }
+
+    /// Applies the remote ICE credentials, candidates, fingerprint and DTLS role (during an ICE
+    /// restart the credentials and candidates go to the restart's agent).
     func setRemote(_ remote: RemoteTransportParameters) -> TransportUpdate {
-        guard let ice else { return .none }
+        guard let ice = restartingIce ?? ice else { return .none }
         ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
         for c in remote.candidates { ice.addRemoteCandidate(c) }
         if remote.endOfCandidates { ice.endOfRemoteCandidates() }
@@ -92,7 +127,7 @@ final class WebRtcTransport {
     }
 
     func addRemoteCandidate(_ candidate: String?) {
-        guard let ice else { return }
+        guard let ice = restartingIce ?? ice else { return }
         if let candidate, !candidate.isEmpty { ice.addRemoteCandidate(candidate) } else { ice.endOfRemoteCandidates() }
     }
 
@@ -101,9 +136,30 @@ final class WebRtcTransport {
         _ = sendingHandshake(.none)   // close_notify, while the agent still exists
         ice?.close(context: context)
         ice = nil
+        restartingIce?.close(context: context)
+        restartingIce = nil
     }
 
     // MARK: Inputs (libnice callbacks and the worker's timer, on the worker thread)
+
+    /// A component state change of `agent` (the current one or a restart's).
+    func iceChanged(_ progress: IceProgress, agent: OpaquePointer?) -> TransportUpdate {
+        if let fresh = restartingIce, fresh.agent == agent {
+            // The restart's agent: once it has a pair it takes over and the old one goes. Until
+            // then its failures change nothing (the client may restart again).
+            guard progress == .connected, let context else { return .none }
+            ice?.close(context: context)
+            ice = fresh
+            restartingIce = nil
+            iceRestarts += 1
+            sender.reset()
+            return iceChanged(.connected)
+        }
+        guard let current = ice, current.agent == agent else { return .none }   // a freed agent's late signal
+        // The old pair failing while a restart is under way is what the restart is for.
+        if progress == .failed, restartingIce != nil { return .none }
+        return iceChanged(progress)
+    }
 
     func iceChanged(_ progress: IceProgress) -> TransportUpdate {
         if progress == .connected {
@@ -139,7 +195,21 @@ final class WebRtcTransport {
 
     func deadline(now: Nanoseconds) -> Nanoseconds { secure.deadline(now: now) }
 
-    func handleTimeout(now: Nanoseconds) -> TransportUpdate { sendingHandshake(secure.handleTimeout(now: now)) }
+    func handleTimeout(now: Nanoseconds) -> TransportUpdate {
+        if secure.state == .connected, let heard = lastDatagramArrival(now: now) { secure.heard(at: heard) }
+        return sendingHandshake(secure.handleTimeout(now: now))
+    }
+
+    /// When the selected pair's UDP socket last received anything (media, DTLS, or the ICE
+    /// consent checks libnice answers and never passes on), from the kernel's timestamp; nil
+    /// when not known (no pair yet, a TCP or relayed pair, nothing received since timestamps
+    /// were turned on).
+    private func lastDatagramArrival(now: Nanoseconds) -> Nanoseconds? {
+        if !sender.isResolved, let ice { sender.resolve(ice) }
+        guard sender.fd >= 0 else { return nil }
+        let arrival = minato_last_arrival_ns(sender.fd)
+        return arrival != 0 && arrival <= now ? arrival : nil
+    }
 
     /// Sends the DTLS datagrams `secure` queued, then passes `update` on. A datagram libnice
     /// cannot send yet is held for when ICE selects a pair: an ICE-lite agent has none until the
@@ -244,6 +314,9 @@ struct DatagramSender {
 
     mutating func resolve(_ ice: IceAgent) {
         fd = max(-1, ice.selectedUdpSocket(peer: &peer, length: &peerLength))
+        // Turns the socket's receive timestamps on (the first SIOCGSTAMPNS does), so the
+        // silence timeouts can read when the peer's last consent check arrived.
+        if fd >= 0 { _ = minato_last_arrival_ns(fd) }
     }
 
     /// `minato_send_batch`: `sent[i]` tells which datagrams the kernel took. With `gso`, tries

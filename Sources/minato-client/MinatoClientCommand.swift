@@ -51,6 +51,8 @@ struct Loopback: AsyncParsableCommand {
     @OptionGroup var common: Common
     @Option(help: "Video bitrate in bit/s.") var bitrate = 500_000
     @Flag(help: "Publish audio too.") var audio = false
+    @Option(help: ArgumentHelp("Restart ICE on the publisher's send and the subscriber's receive connection this many "
+                               + "seconds into the window (reported under \"iceRestart\").")) var restartIceAfter: Double?
 
     func run() async throws {
         let context = try await common.context()
@@ -71,7 +73,30 @@ struct Loopback: AsyncParsableCommand {
             let subscription = try await bob.subscribe(publicationId: publication.id, sink: counter)
             counters.append((publication, subscription, counter))
         }
-        try await Task.sleep(for: .seconds(common.seconds))
+        var restart: JSON?
+        if let after = restartIceAfter {
+            try await Task.sleep(for: .seconds(after))
+            let streamCounters = counters.map(\.2)
+            let before = try await context.perform { streamCounters.map { $0.snapshot().packets } }
+            let t0 = ContinuousClock.now
+            try await alice.restartIce(.send)
+            try await bob.restartIce(.recv)
+            var done = (send: 0, recv: 0)
+            while ContinuousClock.now - t0 < .seconds(10) {
+                done = (try await alice.iceRestarts(.send), try await bob.iceRestarts(.recv))
+                if done.send >= 1 && done.recv >= 1 { break }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let took = ContinuousClock.now - t0
+            let remaining = max(0, common.seconds - after)
+            try await Task.sleep(for: .seconds(remaining))
+            let after2 = try await context.perform { streamCounters.map { $0.snapshot().packets } }
+            restart = ["sendCompleted": .number(Double(done.send)), "recvCompleted": .number(Double(done.recv)),
+                       "ms": .number(Double(took.components.seconds) * 1000 + Double(took.components.attoseconds) / 1e15),
+                       "packetsAfter": .array(zip(before, after2).map { .number(Double($1 - $0)) })]
+        } else {
+            try await Task.sleep(for: .seconds(common.seconds))
+        }
         for (publication, subscription, counter) in counters {
             let s = try await context.perform { counter.snapshot() }
             let sorted = s.latenciesNs.sorted()
@@ -88,7 +113,9 @@ struct Loopback: AsyncParsableCommand {
         let events = bobEvents.snapshot()   // before leaving: what the member saw while in the room
         try await bob.leave()
         try await alice.leave()
-        printJSON(["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) })])
+        var out: JSON = ["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) })]
+        if let restart, case .object(var fields) = out { fields["iceRestart"] = restart; out = .object(fields) }
+        printJSON(out)
         context.dispose()
     }
 }

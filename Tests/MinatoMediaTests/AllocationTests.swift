@@ -26,6 +26,13 @@ import MinatoWire
         var frames = [0, 0, 0]
         /// TIDs of the packets the subscriber got (media on the consumer's SSRC).
         var tids: [UInt8] = []
+        /// A policer on the subscriber's link: given a packet's length on the wire and the
+        /// time, whether it passes (nil: none). What it drops is reported lost.
+        var policer: ((Int, Nanoseconds) -> Bool)?
+        var policed: Set<UInt16> = []
+        var mediaDropped = 0, paddingDropped = 0, mediaPassed = 0
+        /// The lengths of the padding-only packets (probes) sent to the subscriber.
+        var paddingLengths: Set<Int> = []
 
         init(temporal: Bool = false, sizes: [Int] = AllocationTests.sizes, tuning: EngineTuning = EngineTuning()) throws {
             h = EngineHarness(tuning: tuning)
@@ -80,6 +87,16 @@ import MinatoWire
                 var copy = s.bytes
                 copy.withUnsafeMutableBytes { b in
                     guard let v = RtpPacketView(b), let n = v.transportSequenceNumber(id: 5) else { return }
+                    let isPadding = v.ssrc == 0x5001 && v.payloadLength == 0
+                    if isPadding { paddingLengths.insert(b.count) }
+                    // On the wire: SRTP's 16-byte tag, UDP and IPv4 headers.
+                    if let policer, !policer(b.count + 16 + 8 + 20, h.now) {
+                        policed.insert(n)
+                        if isPadding { paddingDropped += 1 } else if v.ssrc == 0x5000 { mediaDropped += 1 }
+                        unreported.append((n, h.now))
+                        return
+                    }
+                    if v.ssrc == 0x5000 { mediaPassed += 1 }
                     if v.ssrc == 0x5001, v.hasPadding { padding += 1 }
                     let payload = UnsafeRawBufferPointer(v.payload)
                     if v.ssrc == 0x5000, let d = Vp8PayloadDescriptor(payload), let tid = d.temporalLayer(in: payload) {
@@ -108,7 +125,8 @@ import MinatoWire
             let base = sorted[0].0
             let count = Int(sorted.last!.0 &- base) + 1
             var byOffset = [Nanoseconds?](repeating: nil, count: count)
-            for (i, (n, at)) in sorted.enumerated() where !lost(i) { byOffset[Int(n &- base)] = at + 10_000_000 }
+            for (i, (n, at)) in sorted.enumerated() where !lost(i) && !policed.contains(n) { byOffset[Int(n &- base)] = at + 10_000_000 }
+            policed.subtract(sorted.map(\.0))
             let bytes = transportFeedbackPacket(base: base, arrivals: byOffset, fallback: first.1)
             bytes.withUnsafeBytes { h.engine.handleRtcp(from: sub, packet: $0, now: h.now) }
             unreported.removeAll()

@@ -177,6 +177,27 @@ import MinatoWire
         #expect(estimator.estimate >= before)
     }
 
+    /// A policer whose bucket (a second of its rate) filled while the subscriber got less than
+    /// its rate, probed at 1.9 times that rate (a probe for the whole lowest layer of a small
+    /// camera, issue 25 item 6): a one-second probe fits in the burst plus a second of the
+    /// rate and succeeded, and the upgrade after it then lost for a second. A probe must run
+    /// long enough to find such a policer.
+    @Test func aProbeUnderTwiceAFullPolicersRateFails() {
+        var estimator = SendSideEstimator(initial: 200_000, minimum: 50_000, maximum: 20_000_000)
+        var link = Link(policer: true, rate: 400_000)
+        link.burst = 400_000
+        var seq: UInt16 = 0
+        // 4 s at the lowest layer (150 kbit/s, under the policer): the bucket is full.
+        var run = Self.run(&estimator, link: &link, seconds: 4, from: 1_000_000_000, sequence: &seq)
+        let before = estimator.estimate
+        #expect(before < 400_000)
+        estimator.startProbe(rate: 760_000, now: run.end)
+        run = Self.probe(&estimator, link: &link, rate: 760_000, from: run.end, sequence: &seq)
+        print("[estimator] probe at 760 kbit/s into a full 400 kbit/s policer: failed \(estimator.failedProbes), estimate \(estimator.estimate) (before it \(before))")
+        #expect(estimator.failedProbes == 1)
+        #expect(estimator.estimate < 400_000)
+    }
+
     /// Sends at `rate` while the probe runs (as the engine's padding: it stops when the probe
     /// ends early on losses), then at the lowest layer until 400 ms after the probe's duration,
     /// with feedback. `repairs`: packets sent at once when the probe has ended (the

@@ -1,5 +1,6 @@
 import Testing
 @testable import MinatoRooms
+@testable import MinatoTransport
 
 /// The receive connection's offer/answer state machine and the transport slot, driven with
 /// integer time (a simulated clock) and no sockets, workers or actors.
@@ -116,6 +117,31 @@ import Testing
         #expect(throws: RoomError.self) {                  // the count limit counts every candidate trickled
             _ = try t.trickle(nil, maxCount: 1, maxHeldBytes: 1000)
         }
+    }
+
+    /// docs/protocol.md "ICE restart": a description with another ufrag restarts ICE once its
+    /// parameters were applied; the restart makes the next description apply again, with the
+    /// trickle count starting afresh; another DTLS fingerprint is refused.
+    @Test func anotherUfragAfterTheRemoteWasAppliedIsAnIceRestart() throws {
+        var t = PeerTransport()
+        guard case .create = t.need(1) else { Issue.record("the first request creates"); return }
+        let d = TransportDescription(id: TransportId(1), iceUfrag: "s1", icePwd: "p1", candidates: [], fingerprint: "sha-256 AA", iceLite: true)
+        _ = t.created(d)
+        #expect(try t.restarts(ufrag: "c1", fingerprint: "sha-256 CC") == false, "nothing applied yet: not a restart")
+        #expect(try t.applyRemote(candidates: 2, maxCount: 3, ufrag: "c1", fingerprint: "sha-256 CC") == [])
+        #expect(try t.restarts(ufrag: "c1", fingerprint: "sha-256 CC") == false, "the same ufrag: a renegotiation")
+        #expect(try t.restarts(ufrag: "c2", fingerprint: "SHA-256 cc") == true)
+        #expect(throws: RoomError.self) { _ = try t.restarts(ufrag: "c2", fingerprint: "sha-256 DD") }
+        let fresh = TransportDescription(id: TransportId(1), iceUfrag: "s2", icePwd: "p2", candidates: [], fingerprint: "sha-256 AA", iceLite: true)
+        t.restarted(fresh)
+        #expect(t.description?.iceUfrag == "s2")
+        #expect(t.trickled == 0, "the new ICE generation counts its candidates afresh")
+        guard case .held = try t.trickle("candidate:1 1 udp 1 127.0.0.1 5000 typ host", maxCount: 3, maxHeldBytes: 1000) else {
+            Issue.record("held until the restart's description is applied"); return
+        }
+        #expect(try t.applyRemote(candidates: 2, maxCount: 3, ufrag: "c2", fingerprint: "sha-256 CC") == ["candidate:1 1 udp 1 127.0.0.1 5000 typ host"])
+        #expect(t.remoteUfrag == "c2")
+        #expect(try t.restarts(ufrag: "c2", fingerprint: "sha-256 CC") == false)
     }
 
     @Test func heldBytesAreBounded() throws {

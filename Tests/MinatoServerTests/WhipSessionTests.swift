@@ -62,15 +62,46 @@ import MinatoMedia
         defer { worker.shutdown() }
         let whip = try await Self.ingest(s)
         let lines = { (n: Int) in (0..<n).map { "a=x-unused-\($0)\r\n" }.joined() }
-        try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: lines(256))
+        _ = try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: lines(256))
         do {
-            try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: lines(257))
+            _ = try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: lines(257))
             Issue.record("a 257-line fragment was accepted")
         } catch let e as RoomError {
             #expect(e.code == 429 && e.name == "limitExceeded", "\(e)")
             #expect(e.detail.contains("256"), "\(e.detail)")
         }
         #expect(TrickleFragment.maxLines == 256)
+    }
+
+    /// protocol.md "ICE restart" (WHIP): a PATCH with new credentials answers the server's new
+    /// fragment (ice-lite, new ufrag and pwd, the session's mid, candidates, end-of-candidates)
+    /// and a new ETag; the old ETag is then refused; a new ufrag without a pwd is 400.
+    @Test func aPatchWithNewCredentialsRestartsIce() async throws {
+        let (s, worker) = try ConcurrentLimitTests.service()
+        defer { worker.shutdown() }
+        let whip = try await Self.ingest(s)
+        let answerUfrag = try #require(whip.answer.split(separator: "\r\n").first { $0.hasPrefix("a=ice-ufrag:") })
+        do {
+            _ = try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: "a=ice-ufrag:wxyz\r\n")
+            Issue.record("a restart without a pwd was accepted")
+        } catch let e as RoomError {
+            #expect(e.code == 400 && e.detail.contains("ice-pwd"), "\(e)")
+        }
+        let frag = "a=ice-ufrag:wxyz\r\na=ice-pwd:zyxwvutsrqponmlkjihgfedc\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=mid:0\r\n"
+            + "a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host\r\na=end-of-candidates\r\n"
+        let restart = try #require(try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: frag))
+        let lines = restart.fragment.split(separator: "\r\n").map(String.init)
+        #expect(lines.first == "a=ice-lite")
+        let ufrag = try #require(lines.first { $0.hasPrefix("a=ice-ufrag:") })
+        #expect(ufrag != String(answerUfrag), "the server's credentials are new")
+        #expect(lines.contains { $0.hasPrefix("a=ice-pwd:") })
+        #expect(lines.contains("a=group:BUNDLE 0") && lines.contains("m=video 9 UDP/TLS/RTP/SAVPF 0") && lines.contains("a=mid:0"))
+        #expect(lines.contains { $0.hasPrefix("a=candidate:") } && lines.last == "a=end-of-candidates")
+        #expect(restart.etag != whip.etag && restart.etag.hasPrefix("\""))
+        await #expect(throws: MediaSessionError.etagMismatch) {
+            _ = try await s.trickle(session: whip.sessionId, ifMatch: whip.etag, fragment: "a=end-of-candidates\r\n")
+        }
+        #expect(try await s.trickle(session: whip.sessionId, ifMatch: restart.etag, fragment: "a=end-of-candidates\r\n") == nil)
     }
 
     /// protocol.md: DELETE is 200 within 30 s after the session ended because its transport

@@ -242,6 +242,48 @@ struct SecureTransportTests {
         #expect(link.clientUpdates.last == .failed(.dtlsFailed(.peerClosed)))
     }
 
+    @Test("consent heard (an ICE check) keeps a transport whose media stopped; silence closes it")
+    func consentKeepsAMutedTransport() throws {
+        let media: Nanoseconds = 10_000_000_000
+        let link = try MemoryLink(timeouts: TransportTimeouts(connect: 20_000_000_000, media: media, consent: 30_000_000_000))
+        link.signalAndConnectIce()
+        link.pump()
+        _ = send(rtpPacket(ssrc: 1, sequence: 1), length: 112, from: link.client, to: link.server, now: 1_000_000_000)
+        #expect(link.server.deadline(now: 1_000_000_000) == 1_000_000_000 + media)
+        // Media stops; the client's consent checks go on every 5 s (its driver reports them).
+        for t: Nanoseconds in [6_000_000_000, 11_000_000_000, 16_000_000_000] {
+            #expect(link.server.handleTimeout(now: t - 1) == .none)
+            link.server.heard(at: t)
+        }
+        #expect(link.server.deadline(now: 16_000_000_000) == 16_000_000_000 + media)
+        link.server.heard(at: 2_000_000_000)   // an older time changes nothing
+        #expect(link.server.deadline(now: 16_000_000_000) == 16_000_000_000 + media)
+        #expect(link.server.handleTimeout(now: 26_000_000_000 - 1) == .none)
+        // Then nothing at all: closed media.transportTimeout after the last check.
+        #expect(link.server.handleTimeout(now: 26_000_000_000) == .failed(.mediaTimeout(.seconds(10))))
+    }
+
+    @Test("a connected transport that never carried media closes after the consent timeout of silence")
+    func consentTimeoutWithoutMedia() throws {
+        let consent: Nanoseconds = 30_000_000_000
+        let t0: Nanoseconds = 2_000_000_000
+        let link = try MemoryLink(now: t0, timeouts: TransportTimeouts(connect: 20_000_000_000, media: 10_000_000_000, consent: consent))
+        link.signalAndConnectIce()
+        link.pump(now: t0)
+        #expect(link.server.state == .connected)
+        // No media and nothing reported heard: from the transport's creation.
+        #expect(link.server.deadline(now: t0) == t0 + consent)
+        link.server.heard(at: t0 + 25_000_000_000)
+        #expect(link.server.deadline(now: t0) == t0 + 25_000_000_000 + consent)
+        #expect(link.server.handleTimeout(now: t0 + 25_000_000_000 + consent - 1) == .none)
+        #expect(link.server.handleTimeout(now: t0 + 25_000_000_000 + consent) == .failed(.consentTimeout(.seconds(30))))
+        // Disabled (0): never.
+        let never = try MemoryLink(timeouts: TransportTimeouts(connect: 20_000_000_000, media: 10_000_000_000, consent: 0))
+        never.signalAndConnectIce()
+        never.pump()
+        #expect(never.server.deadline(now: 0) == .max)
+    }
+
     @Test("ICE failure closes the transport with iceFailed, reported once")
     func iceFailed() throws {
         let link = try MemoryLink()

@@ -72,8 +72,12 @@ def _playwright_disable_features_flag(pw: Any) -> Optional[str]:
         b.close()
 
 
-def launch_chromium(pw: Any, marker: Optional[str] = None) -> Any:
-    """Launches Chromium; `marker` (a word) is added to its command line for kill_chromium()."""
+def launch_chromium(pw: Any, marker: Optional[str] = None, *, executable: Optional[str] = None,
+                    secure_origin: Optional[str] = None) -> Any:
+    """Launches Chromium; `marker` (a word) is added to its command line for kill_chromium().
+    `executable`: another binary (a netns.Lab's `chromium_wrapper`, which runs Chromium in that
+    namespace); `secure_origin`: a server origin that is not loopback, treated as a secure
+    context (getUserMedia and friends need one)."""
     require_chromium()
     default_flag = _playwright_disable_features_flag(pw)
     if default_flag:
@@ -83,7 +87,9 @@ def launch_chromium(pw: Any, marker: Optional[str] = None) -> Any:
         theirs, ignore = FALLBACK_PLAYWRIGHT_DISABLED, []
     merged = "--disable-features=" + ",".join(dict.fromkeys(theirs + OUR_DISABLED_FEATURES))
     extra = [f"--minato-test-marker={marker}"] if marker else []
-    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + [merged] + extra,
+    if secure_origin:
+        extra.append(f"--unsafely-treat-insecure-origin-as-secure={secure_origin}")
+    return pw.chromium.launch(executable_path=executable or CHROMIUM, args=CHROMIUM_ARGS + [merged] + extra,
                               ignore_default_args=ignore, timeout=60000)
 
 

@@ -74,7 +74,8 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         cmd = [str(self.binary), "serve", "--host", self.host, "--port", str(self.port), "--log-level", "debug"]
-        shown_env = "".join(f"{k}={v} " for k, v in sorted(self.env.items()))
+        # Secrets (auth, admin, cluster, TURN) are not written to the artifacts.
+        shown_env = "".join(f"{k}={'(set)' if 'SECRET' in k else v} " for k, v in sorted(self.env.items()))
         self._log.write(("$ " + shown_env + " ".join(cmd) + "\n").encode())
         self._log.flush()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

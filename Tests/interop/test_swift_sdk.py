@@ -59,6 +59,23 @@ def test_swift_publish_and_subscribe_loopback(server):
                              "streamPublished", "publicationSubscribed"], out["events"]
 
 
+def test_swift_ice_restart_both_directions(server):
+    """The Swift SDK's `restartIce`: the publisher restarts its send connection (a new offer
+    through negotiate), the subscriber its receive connection (`restartIce`'s offer answered);
+    both complete (a new pair on new server ports) and the streams go on without a gap."""
+    room = unique_name("swift-restart")
+    out = run_bot("loopback", "--url", server.url, "--room", room, "--audio", "--seconds", "4",
+                  "--restart-ice-after", "1.5")
+    r = out["iceRestart"]
+    print(f"\n[swift-restart] both restarts completed in {r['ms']:.0f} ms; packets after: {r['packetsAfter']}")
+    assert r["sendCompleted"] == 1 and r["recvCompleted"] == 1, r
+    # 2.5 s after the restarts: video >= 1 packet a frame at 30 fps, audio 50 packets/s.
+    video, audio = r["packetsAfter"]
+    assert video >= 50 and audio >= 100, r
+    for s in out["streams"]:
+        assert s["expected"] - s["packets"] <= 2 and s["decryptFailures"] == 0, s
+
+
 async def aiortc_to_swift(url: str) -> None:
     name = unique_name("swift-sub")
     room = await create_room(url, name)

@@ -14,8 +14,9 @@ typedef void (*minato_component_state_cb)(NiceAgent *agent, guint stream_id, gui
 typedef void (*minato_selected_pair_cb)(NiceAgent *agent, guint stream_id, guint component_id,
                                         NiceCandidate *local, NiceCandidate *remote, gpointer user_data);
 
-/// Creates an agent with UPnP and ICE-TCP off; `lite` selects ICE-lite (controlled).
-NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling);
+/// Creates an agent with UPnP off; `lite` selects ICE-lite (controlled); `tcp` adds ICE-TCP
+/// (RFC 6544) host candidates beside the UDP ones.
+NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling, gboolean tcp);
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data);
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data);
 void minato_signal_disconnect(gpointer instance, gulong handler);

@@ -187,11 +187,41 @@ function enterCall() {
     const tile = state.tiles.get(member.id);
     if (tile) tile.querySelector('.label').textContent = labelOf(member, member.id === me.id);
   });
+  watchConnection(me, on);
   on(me.onLeft, ({ reason }) => {
     if (reason !== 'left') showError(new MinatoError(reason, `you are no longer in the room (${reason})`), 'Disconnected');
     exitCall(false);
   });
   for (const p of room.publications) maybeSubscribe(p);
+}
+
+/**
+ * The local tile's connection line: what is being restored (media per direction, signaling) while
+ * the SDK recovers, else the connection quality; its title says how long the last recovery took.
+ */
+function watchConnection(me, on) {
+  const tile = state.tiles.get(me.id);
+  const el = tile && tile.querySelector('.net');
+  if (!el) return;
+  const down = new Set();
+  const what = ({ kind, direction }) => (kind === 'media' ? `media (${direction})` : 'signaling');
+  const render = () => {
+    el.dataset.quality = me.connectionQuality;
+    el.dataset.state = down.size ? 'reconnecting' : 'connected';
+    el.textContent = down.size ? `reconnecting ${[...down].join(', ')}…` : `connection ${me.connectionQuality}`;
+  };
+  on(me.onReconnecting, (e) => { down.add(what(e)); render(); });
+  on(me.onReconnected, (e) => {
+    down.delete(what(e));
+    el.title = `${what(e)} back after ${(e.durationMs / 1000).toFixed(1)} s (${e.reason})`;
+    render();
+  });
+  on(me.onConnectionQualityChanged, ({ packetLoss, rttMs }) => {
+    const loss = packetLoss === null || packetLoss === undefined ? '' : `loss ${(packetLoss * 100).toFixed(1)}%`;
+    el.dataset.detail = [loss, rttMs === null || rttMs === undefined ? '' : `RTT ${rttMs} ms`].filter(Boolean).join(', ');
+    render();
+  });
+  render();
 }
 
 async function startMedia() {
@@ -270,7 +300,8 @@ function tileFor(member, isMe) {
   tile.dataset.memberName = member.name || '';
   tile.innerHTML = '<video autoplay playsinline></video><audio autoplay></audio>'
     + '<div class="placeholder">waiting for video…</div><div class="label"></div>'
-    + '<div class="badges"><span class="badge mic-off" hidden>mic off</span><span class="badge cam-off" hidden>camera off</span></div>';
+    + '<div class="badges"><span class="badge mic-off" hidden>mic off</span><span class="badge cam-off" hidden>camera off</span></div>'
+    + (isMe ? '<div class="net" data-state="connected" data-quality="good"></div>' : '');
   tile.querySelector('.label').textContent = labelOf(member, isMe);
   if (isMe) tile.querySelector('video').muted = true;
   state.tiles.set(member.id, tile);

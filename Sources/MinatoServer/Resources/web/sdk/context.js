@@ -4,9 +4,11 @@
 import { MinatoError, MinatoEvent, defaultUrl, sleep } from './core.js';
 import { SFURoom } from './room.js';
 import { Signaling } from './signaling.js';
+import { NETWORK_PROBE_MS } from './recovery.js';
 
 // ---------------------------------------------------------------------------------------------
 // Context
+
 
 /**
  * The connection to a Minato server (SkyWay's SkyWayContext).
@@ -17,11 +19,18 @@ export class MinatoContext {
    * @param {{token?: string, url?: string, urls?: string[], requestTimeoutMs?: number, reconnect?: boolean,
    *   reconnectDelayMs?: number, maxReconnectDelayMs?: number, leaveOnPageHide?: boolean,
    *   iceServers?: RTCIceServer[], rejoin?: boolean, rejoinTimeoutMs?: number, resubscribeWaitMs?: number,
+   *   connectTimeoutMs?: number, heartbeatIntervalMs?: number, heartbeatTimeoutMs?: number,
+   *   iceRestart?: boolean, iceRestartGraceMs?: number, iceRestartBackoffMs?: number,
+   *   maxIceRestartBackoffMs?: number, mediaRecoveryTimeoutMs?: number, qualityIntervalMs?: number,
    *   debug?: boolean}} [options]
    *   `url` defaults to this page's origin + `/ws`; `urls` lists several servers (the nodes of a
    *   cluster), tried in that order, the first one first; `token` is sent as `?token=`.
    *   `rejoin` (default true): when a joined room is lost (its node failed), find or create it
    *   again by name and rejoin, re-publish and re-subscribe (SFURoom.onReconnecting / onReconnected).
+   *   `heartbeatIntervalMs` / `heartbeatTimeoutMs`: a socket silent that long is probed, and given
+   *   up (and reconnected) when the probe is not answered in time; `connectTimeoutMs` bounds each
+   *   connection attempt. `iceRestart` (default true) and the `iceRestart…`, `mediaRecovery…`
+   *   and `quality…` options: the media recovery of each joined member (docs/sdk.md "Recovery").
    * @returns {Promise<MinatoContext>}
    */
   static async create(options = {}) {
@@ -48,6 +57,15 @@ export class MinatoContext {
       rejoin: options.rejoin ?? true,
       rejoinTimeoutMs: options.rejoinTimeoutMs ?? 60000,
       resubscribeWaitMs: options.resubscribeWaitMs ?? 10000,
+      connectTimeoutMs: options.connectTimeoutMs ?? 5000,
+      heartbeatIntervalMs: options.heartbeatIntervalMs ?? 2000,
+      heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 3000,
+      iceRestart: options.iceRestart ?? true,
+      iceRestartGraceMs: options.iceRestartGraceMs ?? 1500,
+      iceRestartBackoffMs: options.iceRestartBackoffMs ?? 2000,
+      maxIceRestartBackoffMs: options.maxIceRestartBackoffMs ?? 8000,
+      mediaRecoveryTimeoutMs: options.mediaRecoveryTimeoutMs ?? 60000,
+      qualityIntervalMs: options.qualityIntervalMs ?? 2000,
       debug: !!options.debug,
     };
     const log = this.options.debug ? (...a) => console.debug('[minato]', ...a) : () => {};
@@ -68,11 +86,79 @@ export class MinatoContext {
     this.replayedEvents = 0;
 
     this._signaling.onNotification = (method, params) => this._onNotification(method, params);
-    this._signaling.onStateChanged = (s) => this.onConnectionStateChanged.emit(s);
+    this._signaling.onStateChanged = (s) => {
+      if (s === 'reconnecting') {
+        for (const m of this._localMembers.values()) m._recovery.signalingLost(this._signaling.lostReason || 'socketClosed');
+      }
+      this.onConnectionStateChanged.emit(s);
+    };
     this._signaling.onReconnected = () => this._resync();
+    // The socket is probed with the first joined member's keepalive (which it needs anyway).
+    this._signaling.heartbeat = () => {
+      const m = [...this._localMembers.values()].find((x) => !x._left);
+      return m ? ['keepalive', m._keepaliveParams()] : null;
+    };
     this._onPageHide = () => this._leaveAllNow();
     if (this.options.leaveOnPageHide && typeof window !== 'undefined') {
       window.addEventListener('pagehide', this._onPageHide);
+    }
+    // The browser says the network changed: `online` (it was offline), or a new connection type
+    // (`navigator.connection.type`, e.g. wifi -> cellular, where the browser reports one; its
+    // bandwidth and RTT estimates change all the time and are no reason to reconnect).
+    this._connectionType = this._networkType();
+    this._onOnline = () => this._networkChanged('online');
+    this._onConnectionChange = () => {
+      const type = this._networkType();
+      if (type === this._connectionType) return;
+      this._connectionType = type;
+      this._networkChanged(`connection type ${type}`);
+    };
+    if (typeof window !== 'undefined') window.addEventListener('online', this._onOnline);
+    const conn = typeof navigator !== 'undefined' ? navigator.connection : undefined;
+    if (conn && conn.addEventListener) conn.addEventListener('change', this._onConnectionChange);
+  }
+
+  _networkType() {
+    const conn = typeof navigator !== 'undefined' ? navigator.connection : undefined;
+    return conn && conn.type !== undefined ? conn.type : null;
+  }
+
+  /**
+   * The network changed: the signaling socket's TCP connection may be dead without a close (its
+   * local address is gone), so it is probed with a short timeout (given up and reconnected when
+   * silent), and every joined member restarts ICE on its connections.
+   * @param {string} why
+   */
+  _networkChanged(why) {
+    if (this.disposed) return;
+    this._log('network changed', why);
+    this._probeSignaling(NETWORK_PROBE_MS);
+    for (const m of [...this._localMembers.values()]) m._recovery.networkChanged();
+  }
+
+  /**
+   * Probes the signaling socket unless a frame arrived in the last `recentMs` (then it is alive).
+   * @param {number} timeoutMs @param {number} [recentMs]
+   * @returns {Promise<boolean>}
+   */
+  _probeSignaling(timeoutMs, recentMs = 0) {
+    const sig = this._signaling;
+    if (recentMs > 0 && Date.now() - sig.lastReceivedAt < recentMs) return Promise.resolve(true);
+    return sig.probe(timeoutMs);
+  }
+
+  /**
+   * Resolves once requests can go out: the socket is connected (after a reconnect: members taken
+   * back and events replayed) and no probe of it is in flight. Rejects if the context is closed.
+   * @returns {Promise<void>}
+   */
+  async _signalingReady() {
+    for (;;) {
+      const sig = this._signaling;
+      if (this.disposed || sig.state === 'closed') throw new MinatoError('disposed', 'the context is closed');
+      if (sig._probe) { await sig._probe; continue; }
+      if (sig.state === 'connected' && sig.isOpen) return;
+      await this.onConnectionStateChanged.watch((s) => s === 'connected' || s === 'closed');
     }
   }
 
@@ -110,7 +196,12 @@ export class MinatoContext {
     if (this.disposed) return;
     this._leaveAllNow();
     this.disposed = true;
-    if (typeof window !== 'undefined') window.removeEventListener('pagehide', this._onPageHide);
+    if (typeof window !== 'undefined') {
+      window.removeEventListener('pagehide', this._onPageHide);
+      window.removeEventListener('online', this._onOnline);
+    }
+    const conn = typeof navigator !== 'undefined' ? navigator.connection : undefined;
+    if (conn && conn.removeEventListener) conn.removeEventListener('change', this._onConnectionChange);
     for (const m of [...this._localMembers.values()]) m._teardown('left');
     this._signaling.close();
     for (const room of this._rooms.values()) room._disposeLocal();
@@ -178,6 +269,7 @@ export class MinatoContext {
    * does not explain (its room is gone: its node failed), is rejoined (SFURoom._rejoin).
    */
   async _resync() {
+    const replayedBefore = this.replayedEvents;
     for (const m of [...this._localMembers.values()]) {
       if (m._left) continue;
       try {
@@ -211,6 +303,11 @@ export class MinatoContext {
       } else {
         m.room._removeMemberLocally(m.id, m._lostReason);
       }
+    }
+    // The members taken back: their signaling is back (media may still need an ICE restart,
+    // which their recovery starts now that requests can go out).
+    for (const m of [...this._localMembers.values()]) {
+      if (!m._left && !m._lostReason) m._recovery.signalingRestored(this.replayedEvents - replayedBefore);
     }
     this.onReconnected.emit(undefined);
   }

@@ -3,6 +3,8 @@
 
 import { MinatoError, MinatoEvent, SerialQueue, mediaError, receiveCodecCapabilities } from './core.js';
 import { LocalStream, RemoteStream } from './stream.js';
+import { MediaRecovery } from './recovery.js';
+import { MemberIceServers } from './ice-servers.js';
 
 // ---------------------------------------------------------------------------------------------
 // Members
@@ -56,9 +58,10 @@ export class LocalSFURoomMember extends RoomMember {
 
   /**
    * @param {SFURoom} room @param {MemberJSON} json
-   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string, joinParams?: object, password?: string}} opts
+   * @param {{keepaliveIntervalSec: number, reconnectSecret?: string, joinParams?: object, password?: string,
+   *   iceServers?: RTCIceServer[]}} opts
    *   `joinParams`, `password`: what `join` sent (without the room id), to join again the same way
-   *   after the room was lost.
+   *   after the room was lost. `iceServers`: the join result's (TURN with this member's credential).
    */
   constructor(room, json, opts) {
     super(room, json);
@@ -94,7 +97,8 @@ export class LocalSFURoomMember extends RoomMember {
      * `insufficientPermissions`). @type {MinatoEvent<{reason: string}>} */
     this.onLeft = new MinatoEvent();
     /** Fires when the member is lost for a reason other than its own leave or the room's close,
-     * or a negotiation with the server fails. @type {MinatoEvent<MinatoError>} */
+     * or a negotiation with the server fails, or a TURN server refused the member's credentials
+     * and a connection did not come up without it (`turnCredentialsRejected`). @type {MinatoEvent<MinatoError>} */
     this.onFatalError = new MinatoEvent();
     /** @type {MinatoEvent<{publication: RoomPublication}>} */
     this.onPublicationListChanged = new MinatoEvent();
@@ -104,7 +108,39 @@ export class LocalSFURoomMember extends RoomMember {
      * and after a rejoin for each subscription the SDK made again (a new stream: show it in place
      * of the old one, which ended). @type {MinatoEvent<{subscription: RoomSubscription, stream: RemoteStream}>} */
     this.onStreamSubscribed = new MinatoEvent();
+    /** A connection of this member is being restored: `{kind: 'media', direction: 'send'|'recv',
+     * reason: 'iceDisconnected'|'iceFailed'|'networkChanged'}` (ICE restarts follow), or `{kind:
+     * 'signaling', reason: 'socketClosed'|'unresponsive'|'networkChanged'}` (the WebSocket is
+     * reconnecting). docs/sdk.md "Recovery". @type {MinatoEvent<{kind: 'media'|'signaling', direction?: 'send'|'recv', reason: string}>} */
+    this.onReconnecting = new MinatoEvent();
+    /** The connection is back: media `{kind, direction, reason, durationMs, restarts}` (packets
+     * flow again; `restarts`: ICE restarts it took), signaling `{kind, reason, durationMs,
+     * replayedEvents}` (the member was taken back and the room's missed events applied).
+     * @type {MinatoEvent<{kind: 'media'|'signaling', direction?: 'send'|'recv', reason: string, durationMs: number,
+     *   restarts?: number, replayedEvents?: number}>} */
+    this.onReconnected = new MinatoEvent();
+    /** `{quality: 'good'|'poor'|'bad', previous, packetLoss, rttMs, reason?}` when the rating of
+     * this member's media connections changes (docs/sdk.md "Recovery" has the thresholds).
+     * @type {MinatoEvent<{quality: 'good'|'poor'|'bad', previous: string, packetLoss: (number|null), rttMs: (number|null), reason?: string}>} */
+    this.onConnectionQualityChanged = new MinatoEvent();
+    /** @internal */
+    this._recovery = new MediaRecovery(this);
+    /** @internal the server's ICE servers for this member, renewed before they expire (ice-servers.js) */
+    this._iceServers = new MemberIceServers(this, opts.iceServers);
   }
+
+  /** The ICE servers this member's connections use: the context's `iceServers` option, then the
+   * server's (`join`'s `iceServers`: a TURN server with this member's own credential). */
+  get iceServers() { return this._iceServers.forPc(); }
+
+  /** Renews the server's TURN credential now (`getIceServers`; the SDK does it by itself at 80%
+   * of its lifetime) and gives it to this member's connections. @returns {Promise<RTCIceServer[]>} */
+  renewIceServers() { return this._iceServers.renew(); }
+
+  /** The current rating of this member's media connections: 'good' | 'poor' | 'bad'. */
+  get connectionQuality() { return this._recovery.quality; }
+  /** ICE restarts made so far, per connection (diagnostics). @type {{send: number, recv: number}} */
+  get iceRestarts() { return { send: this._recovery.legs.send.restarts, recv: this._recovery.legs.recv.restarts }; }
 
   /** The send RTCPeerConnection (null before the first publish). */
   get sendConnection() { return this._sendPc; }
@@ -167,6 +203,9 @@ export class LocalSFURoomMember extends RoomMember {
     this.state = 'left';
     clearInterval(this._keepaliveTimer);
     this._keepaliveTimer = null;
+    this._recovery.stop();
+    // A transport the server gave up on after a TURN server refused the credentials: that is why.
+    this._iceServers.stop(reason);
     for (const pc of [this._sendPc, this._recvPc]) {
       if (pc) { try { pc.close(); } catch (e) { /* closed */ } }
     }
@@ -183,16 +222,20 @@ export class LocalSFURoomMember extends RoomMember {
   /** @param {'send'|'recv'} direction */
   _newPc(direction) {
     const pc = new RTCPeerConnection({
-      iceServers: this.context.options.iceServers,
+      iceServers: this._iceServers.forPc(),
       bundlePolicy: 'max-bundle',
       rtcpMuxPolicy: 'require',
     });
     // A rejoin replaces both connections: what an old one still reports is ignored.
     const current = () => pc === (direction === 'send' ? this._sendPc : this._recvPc);
     pc.addEventListener('icecandidate', (ev) => { if (current()) this._sendCandidate(direction, ev.candidate); });
+    this._recovery.watch(direction, pc);
+    this._iceServers.watch(direction, pc);
     pc.addEventListener('connectionstatechange', () => {
       this.context._log(direction, 'connection', pc.connectionState);
-      if (pc.connectionState === 'failed' && !this._left && current()) {
+      // An ICE failure of a connection that was up is restored by ICE restarts (recovery.js),
+      // which report if they give up; a DTLS failure is not.
+      if (pc.connectionState === 'failed' && !this._left && current() && !this._recovery.handlesFailure(direction)) {
         this.onFatalError.emit(new MinatoError('mediaError', `the ${direction} connection failed (ICE/DTLS)`));
       }
     });
@@ -205,6 +248,7 @@ export class LocalSFURoomMember extends RoomMember {
    */
   _sendCandidate(direction, c) {
     if (this._left) return;
+    this.context._log(direction, 'local candidate', c ? c.candidate : null);
     let candidate;
     if (!c || !c.candidate) {
       if (this._endOfCandidatesSent[direction]) return;
@@ -337,6 +381,51 @@ export class LocalSFURoomMember extends RoomMember {
     try {
       await pc.setRemoteDescription(r.answer);
     } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
+  }
+
+  /**
+   * Restarts ICE on one connection (recovery.js calls it): new ICE credentials and candidates,
+   * media staying on the old path until the new one is selected. Send: an offer with
+   * `iceRestart` through `negotiate`; receive: `restartIce {direction: 'recv'}`, whose result is
+   * a server offer with new credentials, answered like any other (in arrival order).
+   * @param {'send'|'recv'} direction @param {number} timeoutMs for the request
+   */
+  async _restartIce(direction, timeoutMs) {
+    this._checkJoined('restartIce');
+    if (direction === 'recv') {
+      if (!this._recvPc) return;
+      const r = await this.context._request('restartIce', { memberId: this.id, direction: 'recv' }, { timeoutMs });
+      // The new credentials bring a new round of local candidates, ended by a new end-of-candidates.
+      this._endOfCandidatesSent.recv = false;
+      await this._onServerOffer(r.offer, 'restartIce');
+      return;
+    }
+    await this._sendQueue.run(async () => {
+      const pc = this._sendPc;
+      if (this._left || !pc || pc.signalingState === 'closed') return;
+      if (pc.signalingState === 'have-local-offer') {
+        try { await pc.setLocalDescription({ type: 'rollback' }); } catch (e) { /* stable already */ }
+      }
+      this._endOfCandidatesSent.send = false;
+      try {
+        await pc.setLocalDescription(await pc.createOffer({ iceRestart: true }));
+      } catch (e) { throw mediaError(e, 'creating the ICE restart offer failed'); }
+      let r;
+      try {
+        r = await this.context._request('negotiate',
+          { memberId: this.id, offer: { type: 'offer', sdp: pc.localDescription.sdp } }, { timeoutMs });
+      } catch (e) {
+        // Back to the last agreed description: the next offer (a publish, another restart)
+        // starts from there.
+        if (pc.signalingState === 'have-local-offer') {
+          try { await pc.setLocalDescription({ type: 'rollback' }); } catch (x) { /* ignore */ }
+        }
+        throw e;
+      }
+      try {
+        await pc.setRemoteDescription(r.answer);
+      } catch (e) { throw mediaError(e, 'applying the server answer to the ICE restart failed'); }
+    });
   }
 
   // ---- subscribing --------------------------------------------------------------------------
@@ -478,6 +567,8 @@ export class LocalSFURoomMember extends RoomMember {
     this._generation += 1;
     clearInterval(this._keepaliveTimer);
     this._keepaliveTimer = null;
+    this._recovery.stop();
+    this._iceServers.stop();
     for (const pc of [this._sendPc, this._recvPc]) {
       if (pc) { try { pc.close(); } catch (e) { /* closed */ } }
     }
@@ -495,14 +586,17 @@ export class LocalSFURoomMember extends RoomMember {
   }
 
   /**
-   * Becomes the member a rejoin's `join` made: its id, name and metadata, and its reconnectSecret.
-   * @param {MemberJSON} json @param {string|undefined} reconnectSecret
+   * Becomes the member a rejoin's `join` made: its id, name and metadata, its reconnectSecret
+   * and its ICE servers.
+   * @param {MemberJSON} json @param {string|undefined} reconnectSecret @param {RTCIceServer[]|undefined} iceServers
    */
-  _rejoined(json, reconnectSecret) {
+  _rejoined(json, reconnectSecret, iceServers) {
     this.id = json.id;
     this._update(json);
     this.#reconnectSecret = typeof reconnectSecret === 'string' ? reconnectSecret : undefined;
+    this._iceServers.reset(iceServers);
     this.context._localMembers.set(this.id, this);
+    this._recovery.resume();
     this._startKeepalive();
   }
 }

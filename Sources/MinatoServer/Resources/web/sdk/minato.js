@@ -18,6 +18,10 @@
 // Given several server URLs (the nodes of a cluster), it reconnects to the next one when one
 // is gone, and a room lost with its node is found again by name and rejoined: its members join,
 // publish and subscribe again on their own (SFURoom.onReconnecting / onReconnected).
+// A socket that goes silent without closing (a dead TCP connection) is noticed by a heartbeat
+// and reconnected. A member whose connection loses its path (ICE disconnected or failed, media
+// stalled, the browser's `online` event) restarts ICE on it by itself, and says so
+// (LocalSFURoomMember.onReconnecting / onReconnected / onConnectionQualityChanged).
 //
 // The SDK is a set of ES modules next to this file, loaded by the browser as they are (no
 // build step); this entry point re-exports the public API:
@@ -28,6 +32,7 @@
 //   member.js       RoomMember, RemoteRoomMember, LocalSFURoomMember
 //   publication.js  RoomPublication, RoomSubscription
 //   stream.js       LocalStream, RemoteStream, createLocalStreams, summarizeInbound
+//   recovery.js     ICE restarts, recovery events, connection quality of a member (internal)
 
 import { MinatoError, MinatoEvent } from './core.js';
 import { MinatoContext } from './context.js';

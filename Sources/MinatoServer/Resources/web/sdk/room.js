@@ -153,6 +153,7 @@ export class SFURoom {
     const member = new LocalSFURoomMember(this, r.member, {
       keepaliveIntervalSec: init.keepaliveIntervalSec ?? 30,
       reconnectSecret: r.reconnectSecret,
+      iceServers: r.iceServers,
       joinParams,
       password: params.password,
     });
@@ -612,7 +613,7 @@ export class SFURoom {
       const join = { roomId: this.id, ...plan.join, replace: true };
       if (m._password !== undefined) join.password = m._password;
       const r = await ctx._request('join', join);
-      m._rejoined(r.member, r.reconnectSecret);
+      m._rejoined(r.member, r.reconnectSecret, r.iceServers);
       this._members.set(m.id, m);
       for (const { publication, stream, options } of plan.publications) {
         await m._publish(stream, options, publication);

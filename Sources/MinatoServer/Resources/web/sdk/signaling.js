@@ -10,6 +10,7 @@ export class Signaling {
   /**
    * @param {string[]} urls the server's WebSocket URLs (several: nodes of a cluster); at least one
    * @param {{requestTimeoutMs: number, reconnect: boolean, reconnectDelayMs: number, maxReconnectDelayMs: number,
+   *   connectTimeoutMs: number, heartbeatIntervalMs: number, heartbeatTimeoutMs: number,
    *   log: (...a: any[]) => void}} options
    */
   constructor(urls, options) {
@@ -35,6 +36,17 @@ export class Signaling {
     /** @type {(state: ConnectionState) => void} */
     this.onStateChanged = () => {};
     this.everOpened = false;
+    /** When the last frame arrived (Date.now()); a socket that stays silent is probed. */
+    this.lastReceivedAt = 0;
+    /** Why the socket was lost last: 'socketClosed' (it closed), 'unresponsive' (a probe went
+     * unanswered: the TCP connection is dead without a close, as after a network change or a
+     * firewall dropping it), or the reason given to `abandon` (e.g. 'networkChanged'). */
+    this.lostReason = null;
+    /** @type {() => ([string, object]|null)} a cheap request to probe the socket with (null: none) */
+    this.heartbeat = () => null;
+    /** @type {Promise<boolean>|null} the probe in flight */
+    this._probe = null;
+    this._heartbeatTimer = null;
   }
 
   /** The URL in use (or tried last). */
@@ -49,6 +61,7 @@ export class Signaling {
         await new Promise((resolve, reject) => {
           this._open((ok, err) => (ok ? resolve(undefined) : reject(err)));
         });
+        this._startHeartbeat();
         return;
       } catch (e) {
         failure = e;
@@ -69,15 +82,28 @@ export class Signaling {
       return;
     }
     this.ws = ws;
+    // A handshake whose packets vanish (a firewall dropping them, a network that just changed)
+    // would wait for the browser's TCP timeout, minutes: give up after connectTimeoutMs.
+    const connectTimer = setTimeout(() => {
+      if (settled) return;
+      settled = true;
+      this._detach(ws);
+      if (this.ws === ws) this.ws = null;
+      this.options.log('socket did not open in time', this.url);
+      done(false, new MinatoError('connectionLost', `cannot connect to ${this.url} within ${this.options.connectTimeoutMs} ms`));
+    }, this.options.connectTimeoutMs);
     ws.onopen = () => {
       settled = true;
+      clearTimeout(connectTimer);
       this.reconnectAttempt = 0;
+      this.lastReceivedAt = Date.now();
       this.options.log('socket open', this.url);
       done(true);
     };
-    ws.onmessage = (ev) => this._onMessage(ev.data);
+    ws.onmessage = (ev) => { this.lastReceivedAt = Date.now(); this._onMessage(ev.data); };
     ws.onerror = () => { /* close follows */ };
     ws.onclose = (ev) => {
+      clearTimeout(connectTimer);
       if (this.ws === ws) this.ws = null;
       this.options.log('socket closed', ev.code, ev.reason);
       this._failPending(new MinatoError('connectionLost', `the WebSocket closed (code ${ev.code})`));
@@ -86,8 +112,75 @@ export class Signaling {
         done(false, new MinatoError('connectionLost', `cannot connect to ${this.url} (code ${ev.code})`));
         return;
       }
+      this.lostReason = 'socketClosed';
       if (!this.disposed) this._scheduleReconnect();
     };
+  }
+
+  /** Stops listening to a socket and closes it without waiting for the close to complete. */
+  _detach(ws) {
+    ws.onopen = null;
+    ws.onmessage = null;
+    ws.onerror = null;
+    ws.onclose = null;
+    try { ws.close(); } catch (e) { /* closing already */ }
+  }
+
+  /**
+   * Gives up the socket in use as if it had closed (requests out on it fail with
+   * `connectionLost`) and reconnects: for a socket that is open as far as the browser knows but
+   * carries nothing (its TCP connection died without a close).
+   * @param {string} reason
+   */
+  abandon(reason) {
+    const ws = this.ws;
+    if (!ws || this.disposed) return;
+    this.options.log('abandoning the socket', reason);
+    this.ws = null;
+    this._detach(ws);
+    this.lostReason = reason;
+    this._failPending(new MinatoError('connectionLost', `the WebSocket was given up (${reason})`));
+    this._scheduleReconnect();
+  }
+
+  /**
+   * Checks that the socket still carries messages: sends the heartbeat request and, if no
+   * answer comes within `timeoutMs`, abandons the socket (reason `unresponsive`) and reconnects.
+   * One probe at a time; resolves true when the socket answered (or there is nothing to probe
+   * with), false when it was abandoned or is not open.
+   * @param {number} timeoutMs
+   * @returns {Promise<boolean>}
+   */
+  probe(timeoutMs) {
+    if (this._probe) {
+      // One in flight already (a heartbeat's, say): give it this probe's deadline if earlier.
+      const p = this._probe;
+      const ws = this.ws;
+      setTimeout(() => { if (this._probe === p && this.ws === ws && ws) this.abandon('unresponsive'); }, timeoutMs);
+      return p;
+    }
+    if (!this.isOpen || this.state !== 'connected') return Promise.resolve(false);
+    const req = this.heartbeat();
+    if (!req) return Promise.resolve(true);
+    const ws = this.ws;
+    const p = this.request(req[0], req[1], { timeoutMs, immediate: true }).then(() => true, (e) => {
+      if (!(e instanceof MinatoError) || e.name !== 'timeout') return e.name !== 'connectionLost';
+      if (this.ws === ws) this.abandon('unresponsive');
+      return false;
+    });
+    this._probe = p;
+    p.finally(() => { if (this._probe === p) this._probe = null; });
+    return p;
+  }
+
+  /** Probes the socket whenever it has been silent for heartbeatIntervalMs. */
+  _startHeartbeat() {
+    if (this._heartbeatTimer || !(this.options.heartbeatIntervalMs > 0)) return;
+    this._heartbeatTimer = setInterval(() => {
+      if (this.disposed || this._probe || !this.isOpen || this.state !== 'connected') return;
+      if (Date.now() - this.lastReceivedAt < this.options.heartbeatIntervalMs) return;
+      this.probe(this.options.heartbeatTimeoutMs);
+    }, Math.min(500, this.options.heartbeatIntervalMs));
   }
 
   _setState(state) {
@@ -199,6 +292,8 @@ export class Signaling {
 
   close() {
     this.disposed = true;
+    clearInterval(this._heartbeatTimer);
+    this._heartbeatTimer = null;
     this._setState('closed');
     const ws = this.ws;
     this.ws = null;
