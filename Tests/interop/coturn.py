@@ -14,6 +14,8 @@ is never used (scripts/interop-setup.sh leaves it disabled).
 """
 from __future__ import annotations
 
+import ipaddress
+
 import shutil
 import socket
 import subprocess
@@ -25,6 +27,18 @@ from waiting import WaitTimeout, wait_until
 
 TURNSERVER = "/usr/bin/turnserver"
 
+
+
+TEST_NET = ipaddress.ip_network("198.18.0.0/15")   # the only addresses the tests use
+
+
+def peer_rules() -> list[str]:
+    """coturn relays only to the test network: every IPv4 address below and above TEST_NET is
+    denied (a relay is never an open proxy, even in a namespace that has no route out)."""
+    first, last = TEST_NET.network_address, TEST_NET.broadcast_address
+    lowest, highest = ipaddress.ip_address(0), ipaddress.ip_address(2**32 - 1)
+    return [f"--allowed-peer-ip={first}-{last}",
+            f"--denied-peer-ip={lowest}-{first - 1}", f"--denied-peer-ip={last + 1}-{highest}"]
 
 class Coturn:
     def __init__(self, lab, addr: str, *, log: Path, port: int = 3478,
@@ -42,8 +56,7 @@ class Coturn:
             "--min-port", str(self.relay_ports[0]), "--max-port", str(self.relay_ports[1]),
             "--use-auth-secret", f"--static-auth-secret={secret}", "--realm", "minato",
             "--fingerprint", "--no-tls", "--no-dtls", "--no-cli", "--no-rfc5780",
-            "--no-multicast-peers", "--allowed-peer-ip=198.18.0.0-198.19.255.255",
-            "--denied-peer-ip=0.0.0.0-198.17.255.255", "--denied-peer-ip=198.20.0.0-255.255.255.255",
+            "--no-multicast-peers", *peer_rules(),
             "--userdb", str(tmp / "turndb"), "--pidfile", str(tmp / "turnserver.pid"),
             "--log-file", "stdout", "--simple-log", "--verbose",
         ]

@@ -1,0 +1,114 @@
+public import MinatoTransport
+public import Logging
+public import MinatoWire
+internal import Synchronization
+
+/// The client's process-level state (SkyWay's `Context`): the server URLs and token, the DTLS
+/// identity, and the media worker thread every connection of this context runs on.
+public final class Context: Sendable {
+    public struct Options: Sendable {
+        /// The server's WebSocket endpoints, e.g. ["ws://127.0.0.1:7880/ws"]; several for the nodes
+        /// of a cluster. A new socket goes to the first of them that accepts it; after a member's
+        /// socket is lost, its server is tried again first, then the next ones in turn.
+        public var urls: [String]
+        /// The first of `urls`; setting it makes it the only one.
+        public var url: String {
+            get { urls.first ?? "" }
+            set { urls = [newValue] }
+        }
+        /// A JWT (docs/protocol.md "Auth"), sent as `?token=`; nil when the server runs without auth.
+        public var token: String?
+        /// SRTP profiles to offer in DTLS (OpenSSL names, colon separated); nil offers all.
+        public var srtpProfiles: String?
+        /// The numeric local addresses ICE gathers candidates on (default 127.0.0.1 only: a
+        /// server elsewhere needs this host's address on the way to it).
+        public var iceLocalAddresses: [String]
+        /// Whether a member joins its room again when it lost it: the node hosting the room failed,
+        /// or the member's socket closed (`LocalSFURoomMember.connectionEvents`).
+        public var rejoin: Bool
+        /// How long a rejoin keeps trying (a server answering `serviceUnavailable`, none reachable).
+        public var rejoinTimeout: Duration
+        /// How long a rejoined member waits for each publisher it subscribed to to publish again.
+        public var resubscribeWait: Duration
+        /// The first wait between two rejoin attempts; it doubles, up to 5 s.
+        public var reconnectDelay: Duration
+        public var logger: Logger
+
+        public init(url: String = "ws://127.0.0.1:7880/ws", token: String? = nil, srtpProfiles: String? = nil,
+                    logger: Logger = Logger(label: "minato.client")) {
+            self.init(urls: [url], token: token, srtpProfiles: srtpProfiles, logger: logger)
+        }
+
+        public init(urls: [String], token: String? = nil, srtpProfiles: String? = nil,
+                    iceLocalAddresses: [String] = ["127.0.0.1"], rejoin: Bool = true,
+                    rejoinTimeout: Duration = .seconds(60), resubscribeWait: Duration = .seconds(10),
+                    reconnectDelay: Duration = .milliseconds(300), logger: Logger = Logger(label: "minato.client")) {
+            self.urls = urls; self.token = token; self.srtpProfiles = srtpProfiles
+            self.iceLocalAddresses = iceLocalAddresses; self.rejoin = rejoin
+            self.rejoinTimeout = rejoinTimeout; self.resubscribeWait = resubscribeWait
+            self.reconnectDelay = reconnectDelay; self.logger = logger
+        }
+    }
+
+    public let options: Options
+    let runtime: CryptoRuntime
+    let worker: ClientWorker
+    /// The socket for room lookups (create, find, snapshot, close), opened again when it closed.
+    private let lookup: Mutex<RpcChannel>
+
+    private init(options: Options, runtime: CryptoRuntime, worker: ClientWorker, channel: RpcChannel) {
+        self.options = options; self.runtime = runtime; self.worker = worker; self.lookup = Mutex(channel)
+    }
+
+    /// Connects to the server (one WebSocket for room lookups; each joined member has its own).
+    public static func setup(_ options: Options = Options()) async throws -> Context {
+        let runtime = try CryptoRuntime()
+        let worker = ClientWorker(runtime: runtime,
+                                  ice: IceConfiguration(localAddresses: options.iceLocalAddresses, portMin: 0, portMax: 0))
+        do {
+            let (channel, _) = try await openChannel(options)
+            return Context(options: options, runtime: runtime, worker: worker, channel: channel)
+        } catch {
+            worker.shutdown()
+            throw error
+        }
+    }
+
+    /// Opens a socket to the first of `options.urls` that accepts one, trying each once, in
+    /// order; returns it and the index of its URL.
+    static func openChannel(_ options: Options) async throws -> (RpcChannel, Int) {
+        var failure: any Error = ClientError.connectionClosed("no server URL given")
+        for index in options.urls.indices {
+            do { return (try await openChannel(options, at: index), index) } catch { failure = error }
+        }
+        throw failure
+    }
+
+    /// Opens a socket to `options.urls[index]`.
+    static func openChannel(_ options: Options, at index: Int) async throws -> RpcChannel {
+        var url = options.urls[index]
+        if let token = options.token { url += (url.contains("?") ? "&" : "?") + "token=" + token }
+        return try await RpcChannel.connect(url: url, logger: options.logger)
+    }
+
+    /// The lookup socket; when it closed (its server went away), a new one to the first server
+    /// that accepts it.
+    func channel() async throws -> RpcChannel {
+        let current = lookup.withLock { $0 }
+        if !current.isClosed { return current }
+        let (fresh, _) = try await Context.openChannel(options)
+        lookup.withLock { $0 = fresh }
+        return fresh
+    }
+
+    /// Runs `body` on the media worker thread, where sources, sinks and connections live.
+    public func perform<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await worker.perform { _ in try body() }
+    }
+
+    /// Closes the lookup socket and stops the media thread (members should `leave` first).
+    public func dispose() {
+        lookup.withLock { $0 }.close()
+        worker.shutdown()
+    }
+}
