@@ -638,10 +638,6 @@ PROBE_WARMUP_SEC, PROBE_POLICED_SEC = 6.0, 60.0
 PROBE_POLICE_SHARE = 1 / 3
 
 
-# Opt-in (BWE_SMALL_CAMERA=1): 5/5 runs under its 2% bound at the time it was written (0–1.22%),
-# but it failed once in a full-suite run; its margin is too thin for CI until probing improves.
-@pytest.mark.skipif(os.environ.get("BWE_SMALL_CAMERA") != "1",
-                    reason="item 6 measurement, thin margin: set BWE_SMALL_CAMERA=1 to run it")
 def test_simulcast_bwe_small_camera_probes_cost_the_policed_subscriber_nothing(
         server, lab, chromium, chromium_policed, pages, capsys):
     """Issue 25 item 6. A 640x360 camera's layers are small (Chromium sends two: 160 and 320
