@@ -32,6 +32,27 @@ public final class Context: Sendable {
         public var resubscribeWait: Duration
         /// The first wait between two rejoin attempts; it doubles, up to 5 s.
         public var reconnectDelay: Duration
+        /// Whether a member recovers in place (docs/sdk-swift.md "Recovery"): a lost socket is
+        /// replaced and the member taken back with its reconnectSecret (events missed meanwhile
+        /// replayed), and a connection whose packets stopped restarts ICE. Off: a lost socket
+        /// makes the member rejoin, and nothing watches the media.
+        public var recover = true
+        /// A member's socket that has been silent this long is probed with a `keepalive`...
+        public var heartbeatInterval: Duration = .seconds(2)
+        /// ...which must be answered within this, else the socket is given up and replaced.
+        public var heartbeatTimeout: Duration = .seconds(3)
+        /// When a connection stalls, the probe of a socket silent for a second waits this long
+        /// (the network may have changed: a live socket answers in a round trip).
+        public var networkProbeTimeout: Duration = .milliseconds(1500)
+        /// A connection that was receiving and then receives nothing for this long has stalled.
+        public var mediaStallTimeout: Duration = .seconds(2)
+        /// How long an ICE restart has to bring a new pair or packets before the next try...
+        public var mediaRestartWait: Duration = .seconds(4)
+        /// ...and how many tries one stall gets before the member rejoins instead.
+        public var maxMediaRestarts = 3
+        /// How long a lost socket is tried again before the member rejoins instead. The server
+        /// keeps a member whose socket closed for its keepalive gap (30 s by default).
+        public var signalingResumeTimeout: Duration = .seconds(20)
         public var logger: Logger
 
         public init(url: String = "ws://127.0.0.1:7880/ws", token: String? = nil, srtpProfiles: String? = nil,

@@ -91,6 +91,18 @@ public final class OutboundStream<Source: RtpSource> {
 public final class InboundDemux {
     private var ssrcs = ContiguousArray<UInt32>()
     private var sinks = ContiguousArray<any RtpSink>()
+    /// Per SSRC (same index): the extended highest sequence number and the first one (-1: none
+    /// yet), for the member's loss estimate (`expected` / `received`).
+    private var highest = ContiguousArray<Int64>()
+    private var first = ContiguousArray<Int64>()
+    /// RTP packets that reached a sink (`expectedTotal`: the packets the sequence numbers say
+    /// were sent).
+    public private(set) var received: UInt64 = 0
+    private var expected: UInt64 {
+        var n: UInt64 = 0
+        for i in highest.indices where first[i] >= 0 { n &+= UInt64(clamping: highest[i] - first[i] + 1) }
+        return n
+    }
     /// RTCP received on this connection (clear), e.g. for a publisher's PLI handling.
     public var onRtcp: ((UnsafeRawBufferPointer) -> Void)?
     public private(set) var unmatched: UInt64 = 0
@@ -109,7 +121,11 @@ public final class InboundDemux {
             let ssrc = packet.ssrc
             var i = 0
             while i < self.ssrcs.count {
-                if self.ssrcs[i] == ssrc { self.sinks[i].receive(packet); return }
+                if self.ssrcs[i] == ssrc {
+                    self.count(packet.sequenceNumber, at: i)
+                    self.sinks[i].receive(packet)
+                    return
+                }
                 i += 1
             }
             self.unmatched &+= 1
@@ -117,13 +133,38 @@ public final class InboundDemux {
     }
 
     public func add(ssrc: UInt32, sink: any RtpSink) {
-        if let i = ssrcs.firstIndex(of: ssrc) { sinks[i] = sink } else { ssrcs.append(ssrc); sinks.append(sink) }
+        if let i = ssrcs.firstIndex(of: ssrc) { sinks[i] = sink } else {
+            ssrcs.append(ssrc); sinks.append(sink); highest.append(-1); first.append(-1)
+        }
     }
 
     public func remove(ssrc: UInt32) {
         guard let i = ssrcs.firstIndex(of: ssrc) else { return }
+        // What it counted stays in `received` and `expected`'s history: fold it into a base.
+        if first[i] >= 0 { removedExpected &+= UInt64(clamping: highest[i] - first[i] + 1) }
         ssrcs.remove(at: i)
         sinks.remove(at: i)
+        highest.remove(at: i)
+        first.remove(at: i)
+    }
+
+    /// `expected` of the SSRCs removed so far (so that `expected` never goes back).
+    private var removedExpected: UInt64 = 0
+    /// Packets expected on this connection so far, every SSRC it ever had.
+    public var expectedTotal: UInt64 { removedExpected &+ expected }
+
+    /// Extends `seq` against the SSRC's highest (RFC 3550 A.1, without the probation) and counts it.
+    @inline(__always)
+    private func count(_ seq: UInt16, at i: Int) {
+        received &+= 1
+        let top = highest[i]
+        guard top >= 0 else {
+            highest[i] = Int64(seq)
+            first[i] = Int64(seq)
+            return
+        }
+        let delta = Int64(Int16(truncatingIfNeeded: seq &- UInt16(truncatingIfNeeded: top)))
+        if delta > 0 { highest[i] = top + delta }
     }
 }
 

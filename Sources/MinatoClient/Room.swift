@@ -129,33 +129,52 @@ public actor LocalSFURoomMember {
     public nonisolated let connectionEvents: AsyncStream<MemberConnectionEvent>
     private nonisolated let current: Mutex<Member>
     private nonisolated let eventSink: AsyncStream<RoomEvent>.Continuation
-    private nonisolated let connectionSink: AsyncStream<MemberConnectionEvent>.Continuation
+    nonisolated let connectionSink: AsyncStream<MemberConnectionEvent>.Continuation
     private nonisolated let request: JoinRequest
-    private var channel: RpcChannel
+    var channel: RpcChannel
     /// The index, in the context's URLs, of the server `channel` goes to.
-    private var urlIndex: Int
+    var urlIndex: Int
     /// The join result's `reconnectSecret` (PROTOCOL "keepalive"): sent with every keepalive; the
     /// server lets another connection take this member over only with it. Never logged or exposed.
-    private var reconnectSecret: String?
+    var reconnectSecret: String?
     /// The join result's `iceServers` (TURN with this member's own credential, static STUN), or
     /// the last `renewIceServers()`'s; empty when the server has none. This SDK's own connections
     /// do not use them (libnice gathers host candidates only; docs/sdk-swift.md "TURN").
     public private(set) var iceServers: [IceServer]
-    private let media = WorkerBound(MemberMedia())
+    let media = WorkerBound(MemberMedia())
     private var tracks: [OfferedTrack] = []
     private var publicationMids: [String: String] = [:]   // publication id -> mid
     private var subscriptionSsrcs: [String: UInt32] = [:]
     private var sources: [PublishedSource] = []
     private var subscribed: [String: SubscribedStream] = [:]   // by subscription id
-    private var directory: RoomDirectory
+    var directory: RoomDirectory
     private var sendVersion = 0
     private var recvVersion = 0
     private let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
     private let cname = "minato-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
     private var notificationTask: Task<Void, Never>?
     private var keepaliveTask: Task<Void, Never>?
-    private var left = false
-    private var rejoining = false
+    private var supervisorTask: Task<Void, Never>?
+    var left = false
+    var rejoining = false
+    /// A new socket is being had for the member (`resumeSignaling`).
+    var resumingSignaling = false
+    /// A heartbeat `keepalive` is waiting for its answer.
+    var heartbeatInFlight = false
+    /// While missed events are replayed, live ones wait here (`deliver` skips versions seen).
+    var holdingEvents = false
+    private var heldEvents: [RoomEvent] = []
+    /// The version of the last room event delivered (the join's own `memberJoined` is in the
+    /// join result's snapshot and is delivered too, so this is not the directory's version).
+    private var deliveredVersion = 0
+    /// Room events replayed after a signaling recovery (the ones missed while the socket was down).
+    public internal(set) var replayedEvents = 0
+    /// Recoveries that completed without a rejoin: the socket taken back, a connection's path
+    /// restored by an ICE restart.
+    public internal(set) var signalingRecoveries = 0
+    public internal(set) var mediaRecoveries = 0
+    /// The connection quality (`.qualityChanged`); nil until there was media to rate.
+    public internal(set) var connectionQuality: ConnectionQuality?
 
     init(member: Member, room: SFURoom, channel: RpcChannel, urlIndex: Int, request: JoinRequest,
          reconnectSecret: String?, snapshot: RoomSnapshot?, iceServers: [IceServer] = []) {
@@ -178,10 +197,13 @@ public actor LocalSFURoomMember {
     private func begin() {
         listen()
         startKeepalive()
+        if room.context.options.recover {
+            supervisorTask = Task { [weak self] in await self?.supervise() }
+        }
     }
 
     /// Reads the notifications of `channel` until it closes; a closed socket loses the member.
-    private func listen() {
+    func listen() {
         let channel = self.channel
         notificationTask = Task { [weak self] in
             for await n in channel.notifications { await self?.handle(n) }
@@ -192,16 +214,8 @@ public actor LocalSFURoomMember {
     private func handle(_ n: RpcChannel.Notification) async {
         switch n.method {
         case "roomEvent":
-            guard let e = RoomEvent(n.params), e.roomId == room.id else { return }
-            directory.apply(e)
-            if e.type == "streamUnpublished", let p = e.publication {
-                subscribed = subscribed.filter { $0.value.publicationId != p.id }
-            } else if e.type == "publicationUnsubscribed", let s = e.subscription {
-                subscribed[s.id] = nil
-            }
-            eventSink.yield(e)
-            room.deliver(e)
-            if e.type == "closed", e.reason == "nodeFailed" { startRejoin(.nodeFailed) }
+            guard let e = RoomEvent(n.params) else { return }
+            if holdingEvents { heldEvents.append(e) } else { deliver(e) }
         case "offer":
             guard n.params["memberId"]?.string == id, let sdp = n.params["offer"]?["sdp"]?.string else { return }
             _ = try? await applyServerOffer(sdp)
@@ -210,11 +224,44 @@ public actor LocalSFURoomMember {
         }
     }
 
-    private func channelEnded(_ ended: RpcChannel) {
-        if ended === channel, !left { startRejoin(.memberLost) }
+    /// Applies and hands out one room event of this member's room, once per version; false for
+    /// another room's, or one already delivered (a replay overlapping the live events).
+    @discardableResult
+    func deliver(_ e: RoomEvent) -> Bool {
+        guard e.roomId == room.id, e.version > deliveredVersion else { return false }
+        deliveredVersion = e.version
+        directory.apply(e)
+        if e.type == "streamUnpublished", let p = e.publication {
+            subscribed = subscribed.filter { $0.value.publicationId != p.id }
+        } else if e.type == "publicationUnsubscribed", let s = e.subscription {
+            subscribed[s.id] = nil
+        }
+        eventSink.yield(e)
+        room.deliver(e)
+        if e.type == "closed", e.reason == "nodeFailed" { startRejoin(.nodeFailed) }
+        return true
     }
 
-    private func startKeepalive() {
+    /// Ends a replay: the live events that waited, in version order.
+    func releaseHeldEvents() {
+        holdingEvents = false
+        let held = heldEvents.sorted { $0.version < $1.version }
+        heldEvents = []
+        for e in held { deliver(e) }
+    }
+
+    /// A closed socket: with recovery on, the member is taken back on a new one
+    /// (`resumeSignaling`); otherwise, or when that fails, it rejoins.
+    private func channelEnded(_ ended: RpcChannel) {
+        guard ended === channel, !left else { return }
+        if room.context.options.recover {
+            Task { await self.resumeSignaling() }
+        } else {
+            startRejoin(.memberLost)
+        }
+    }
+
+    func startKeepalive() {
         keepaliveTask?.cancel()
         let channel = self.channel, memberId = id, period = Self.keepalivePeriodSec(interval: request.keepaliveIntervalSec)
         var keepalive: [String: JSON] = ["memberId": .string(memberId)]
@@ -236,11 +283,11 @@ public actor LocalSFURoomMember {
         }
     }
 
-    private func lost(_ memberId: String) {
+    func lost(_ memberId: String) {
         if memberId == id, !left { startRejoin(.memberLost) }
     }
 
-    private var worker: ClientWorker { room.context.worker }
+    var worker: ClientWorker { room.context.worker }
 
     // MARK: Publishing
 
@@ -254,7 +301,10 @@ public actor LocalSFURoomMember {
             let c = try core.makeConnection(srtpProfiles: profiles)
             media.value.send = c
             media.value.sendDemux.attach(to: c)
-            media.value.sendDemux.onRtcp = { rtcp in for o in media.value.outbound.values { o.feedback(rtcp) } }
+            media.value.sendDemux.onRtcp = { rtcp in
+                for o in media.value.outbound.values { o.feedback(rtcp) }
+                media.value.readReports(rtcp)
+            }
             return c.local
         }
         let mid = String(tracks.count)
@@ -451,7 +501,7 @@ public actor LocalSFURoomMember {
 
     /// Runs a rejoin outside the task that noticed the loss (a cancelled keepalive task would
     /// cut its waits short).
-    private nonisolated func startRejoin(_ reason: RejoinReason) {
+    nonisolated func startRejoin(_ reason: RejoinReason) {
         Task { await self.rejoin(reason) }
     }
 
@@ -461,7 +511,7 @@ public actor LocalSFURoomMember {
     /// streams as they come back. Errors a later attempt may not meet (`serviceUnavailable`, a
     /// closed socket, a room or member gone with yet another node) are retried with backoff for
     /// `rejoinTimeout`; after that, or on any other error, the member is gone (`.failed`).
-    private func rejoin(_ reason: RejoinReason) async {
+    func rejoin(_ reason: RejoinReason) async {
         guard !left, !rejoining else { return }
         let options = room.context.options
         guard options.rejoin, let name = room.name else {
@@ -545,6 +595,7 @@ public actor LocalSFURoomMember {
         let found = try await channel.call("findOrCreateRoom", SFURoom.body(name: name, metadata: nil, password: room.password))
         guard let roomJSON = found["room"] else { throw ClientError.badResponse("no room in the result") }
         room.moved(to: try roomJSON.decode(RoomSnapshot.self))
+        deliveredVersion = 0   // perhaps another room (its node failed): its versions start afresh
         let result = try await channel.call("join", request.params(roomId: room.id, replace: true))
         guard let m = result["member"] else { throw ClientError.badResponse("no member in the join result") }
         let joined = try m.decode(Member.self)
@@ -640,6 +691,7 @@ public actor LocalSFURoomMember {
 
     private func shutdown() {
         notificationTask?.cancel()
+        supervisorTask?.cancel()
         keepaliveTask?.cancel()
         let media = self.media
         worker.post { core in

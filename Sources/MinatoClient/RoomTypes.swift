@@ -111,14 +111,38 @@ final class MemberMedia {
     var recv: ClientConnection?
     var recvDemux = InboundDemux()
     var collectors: [UInt32: PacketCollector] = [:]
+    /// The server's latest receiver report on what it got of our streams: the worst fraction
+    /// lost (0...255) and how many reports came.
+    var reportedFractionLost: UInt8 = 0
+    var reports: UInt64 = 0
+
+    /// Reads the receiver reports in a compound RTCP packet from the server (send connection).
+    func readReports(_ rtcp: UnsafeRawBufferPointer) {
+        var it = RtcpIterator(rtcp)
+        while let p = it.next() {
+            guard let rr = ReceiverReport(p) else { continue }
+            var worst: UInt8 = 0, ours = false
+            for i in 0..<rr.reportCount {
+                guard let block = rr.reportBlock(at: i) else { continue }
+                if outbound.values.contains(where: { $0.ssrc == block.ssrc }) {
+                    ours = true
+                    worst = max(worst, block.fractionLost)
+                }
+            }
+            if ours {
+                reportedFractionLost = worst
+                reports &+= 1
+            }
+        }
+    }
 }
 
-/// Why a member joins its room again.
 /// One of a member's two connections: `send` (it publishes on it) or `recv` (it subscribes).
 public enum ConnectionSide: String, Sendable {
     case send, recv
 }
 
+/// Why a member joins its room again.
 public enum RejoinReason: String, Sendable {
     /// The node hosting the room failed: the server said `closed` with reason `nodeFailed`.
     case nodeFailed
@@ -149,6 +173,29 @@ public enum MemberConnectionEvent: Sendable {
     /// The room could not be joined again (it has no name to find it by, `rejoin` is off, or
     /// `rejoinTimeout` passed): the member is gone and `events` ends.
     case failed(reason: RejoinReason, error: String)
+    /// The member is being recovered in place (docs/sdk-swift.md "Recovery"): its signaling
+    /// socket is being had again, or ICE restarted on a connection whose path went silent. Its
+    /// id, publications and subscriptions stay.
+    case recovering(RecoveryCause)
+    /// That recovery worked: the member was taken back on a new socket (and the events missed
+    /// meanwhile were delivered), or the connection has a new path. A recovery that fails ends
+    /// in a rejoin (`.reconnecting(.memberLost)`).
+    case recovered(RecoveryCause)
+    /// The member's connection quality changed (`LocalSFURoomMember.connectionQuality`): from
+    /// the loss on both connections over the last 2 s, `.bad` while a connection is down.
+    case qualityChanged(ConnectionQuality)
+}
+
+/// How well a member's media gets through, from packet loss (the worse direction): the browser
+/// SDK's levels and bounds (docs/sdk.md "Recovery"), without its round-trip time, which this
+/// SDK does not measure.
+public enum ConnectionQuality: String, Sendable {
+    /// Under 3% lost: NACK/RTX and Opus FEC repair it.
+    case good
+    /// Under 10% lost: repairs show (late frames, concealed audio).
+    case poor
+    /// 10% or more lost, or a connection is down.
+    case bad
 }
 
 /// A source this member publishes, kept to publish it again after a rejoin.

@@ -37,6 +37,8 @@ final class RpcChannel: Sendable {
         var nextId = 1
         var pending: [Int: CheckedContinuation<JSON, any Error>] = [:]
         var closed: String?
+        /// When the last frame came from the server (a heartbeat's clock).
+        var heard = ContinuousClock.now
     }
     private let state = Mutex(State())
     private let outbound: AsyncStream<String>.Continuation
@@ -83,15 +85,17 @@ final class RpcChannel: Sendable {
         return channel
     }
 
-    /// Sends a request and waits for its result; a server error throws `RoomError`.
+    /// Sends a request and waits for its result; a server error throws `RoomError`. With a
+    /// `timeout`, a result that has not come by then throws `ClientError.timeout` (the request
+    /// stays sent; a late result is ignored).
     @discardableResult
-    func call(_ method: String, _ params: JSON = [:]) async throws -> JSON {
-        do { return try await send(method, params) } catch let e as RoomError {
+    func call(_ method: String, _ params: JSON = [:], timeout: Duration? = nil) async throws -> JSON {
+        do { return try await send(method, params, timeout: timeout) } catch let e as RoomError {
             throw RoomError(code: e.code, name: e.name, detail: e.detail, method: method)
         }
     }
 
-    private func send(_ method: String, _ params: JSON) async throws -> JSON {
+    private func send(_ method: String, _ params: JSON, timeout: Duration?) async throws -> JSON {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<JSON, any Error>) in
             let id: Int? = state.withLock { s in
                 if s.closed != nil { return nil }
@@ -106,7 +110,24 @@ final class RpcChannel: Sendable {
             }
             let request: JSON = ["jsonrpc": "2.0", "id": .number(Double(id)), "method": .string(method), "params": params]
             outbound.yield(request.serialized())
+            if let timeout {
+                Task { [weak self] in
+                    try? await Task.sleep(for: timeout)
+                    guard let c = self?.state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
+                    c.resume(throwing: ClientError.timeout("no answer to \(method) in \(timeout)"))
+                }
+            }
         }
+    }
+
+    /// How long ago the server last sent a frame on this socket.
+    var silence: Duration { ContinuousClock.now - state.withLock { $0.heard } }
+
+    /// Gives the socket up at once (a heartbeat found it silent: its TCP path may be gone, and
+    /// a close handshake would wait for it): pending requests fail, `notifications` ends.
+    func abandon(_ reason: String) {
+        outbound.finish()
+        closed(reason)
     }
 
     func close() {
@@ -117,6 +138,7 @@ final class RpcChannel: Sendable {
     var isClosed: Bool { state.withLock { $0.closed != nil } }
 
     private func handle(_ text: String) {
+        state.withLock { $0.heard = ContinuousClock.now }
         guard let message = try? JSON.parse(text) else { return }
         if let id = message["id"]?.int {
             guard let c = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
@@ -135,6 +157,7 @@ final class RpcChannel: Sendable {
 
     private func closed(_ reason: String) {
         let pending = state.withLock { s -> [CheckedContinuation<JSON, any Error>] in
+            if s.closed != nil { return [] }
             s.closed = reason
             let all = Array(s.pending.values)
             s.pending.removeAll()

@@ -45,6 +45,10 @@ public final class ClientConnection {
 
     private unowned let core: ClientWorkerCore
     private var ice: IceAgent?
+    /// The agent of an ICE restart until it has a pair (then it becomes `ice`).
+    private var pending: IceAgent?
+    /// Agents replaced or failed, freed on the next tick (never inside their own callbacks).
+    private var retired: [IceAgent] = []
     private let secure: SecureTransport
 
     init(core: ClientWorkerCore, srtpProfiles: String?) throws {
@@ -72,30 +76,49 @@ public final class ClientConnection {
                                role: dtlsRole == .client ? .client : .server))
     }
 
-    /// Starts an ICE restart on this connection (after a network change): new local ICE
-    /// credentials for the next offer or answer; media goes on over the current pair until the
-    /// peer's new credentials (`setRestartedRemote`) lead to a new one. DTLS and SRTP carry on.
+    /// Starts an ICE restart on this connection (after a network change): a new libnice agent
+    /// gathers afresh (on the addresses that exist now, when the configuration names none) with
+    /// new credentials, for the next offer or answer. Media goes on over the current agent's pair
+    /// until the new agent, given the peer's new credentials (`setRestartedRemote`), has a pair
+    /// of its own; then it takes over and the old one is freed. If its checks fail the old agent
+    /// stays (`restartFailures` counts it) and the caller may try again. DTLS and SRTP carry on:
+    /// they sit above ICE. A restart still pending is replaced by the new one.
     @discardableResult
     public func restartIce() -> LocalTransportParameters {
-        guard let ice, state != .closed, ice.restart() else { return local }
+        guard ice != nil, state != .closed else { return local }
+        if let pending { retire(pending) }
+        pending = nil
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard let fresh = try? IceAgent(context: core.context, configuration: core.ice, owner: me, controlling: true,
+                                        receive: clientIceReceive, stateChanged: clientIceStateChanged)
+        else {
+            restarting = false
+            restartFailures += 1
+            return local
+        }
+        pending = fresh
         restarting = true
-        local = LocalTransportParameters(iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
-                                         candidates: ice.localCandidates(), fingerprint: local.fingerprint)
+        local = LocalTransportParameters(iceUfrag: fresh.localUfrag, icePwd: fresh.localPwd,
+                                         candidates: fresh.localCandidates(), fingerprint: local.fingerprint)
         return local
     }
 
     /// The peer's ICE credentials and candidates after a restart (`restartIce`).
     public func setRestartedRemote(_ remote: RemoteTransportParameters) {
-        guard let ice, restarting else { return }
-        ice.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
-        for c in remote.candidates { ice.addRemoteCandidate(c) }
-        if remote.endOfCandidates { ice.endOfRemoteCandidates() }
+        guard let pending, restarting else { return }
+        pending.setRemoteCredentials(ufrag: remote.iceUfrag, pwd: remote.icePwd)
+        for c in remote.candidates { pending.addRemoteCandidate(c) }
+        if remote.endOfCandidates { pending.endOfRemoteCandidates() }
     }
 
     /// Whether an ICE restart is waiting for its new pair.
     public private(set) var restarting = false
     /// ICE restarts completed (a pair after `restartIce`).
     public private(set) var iceRestarts = 0
+    /// ICE restarts whose new agent failed its checks (the old pair, if any, carried on).
+    public private(set) var restartFailures = 0
+    /// Datagrams received (RTP, RTCP, DTLS; STUN is libnice's own), for a stall watch.
+    public private(set) var datagramsReceived: UInt64 = 0
 
     /// Adds a trickled remote candidate; nil or empty means end of candidates.
     public func addRemoteCandidate(_ candidate: String?) {
@@ -132,6 +155,10 @@ public final class ClientConnection {
         sendHandshake()
         ice?.close(context: core.context)
         ice = nil
+        pending?.close(context: core.context)
+        pending = nil
+        for a in retired { a.close(context: core.context) }
+        retired = []
         core.forget(self)
         setState(.closed)
         onPacket = nil
@@ -140,19 +167,39 @@ public final class ClientConnection {
 
     // MARK: From libnice and the worker's tick
 
-    func iceChanged(_ progress: IceProgress) {
-        if restarting {
-            // During a restart the old pair carries on; a failure of the checks is the caller's
-            // to retry (another restart), not the end of the connection.
-            guard progress == .connected else { return }
-            restarting = false
-            iceRestarts += 1
+    func iceChanged(_ progress: IceProgress, agent: OpaquePointer?) {
+        if let fresh = pending, agent == fresh.agent {
+            switch progress {
+            case .connected:
+                // The restart's agent has its pair: it carries the media from now on.
+                if let old = ice { retire(old) }
+                ice = fresh
+                pending = nil
+                restarting = false
+                iceRestarts += 1
+                apply(secure.iceChanged(.connected))
+            case .failed:
+                retire(fresh)
+                pending = nil
+                restarting = false
+                restartFailures += 1
+            case .none:
+                break
+            }
+            return
         }
+        guard let ice, agent == ice.agent else { return }
+        // During a restart the old pair carries on; its failure is not the end of the connection
+        // while the new agent may still succeed.
+        if restarting, progress == .failed { return }
         apply(secure.iceChanged(progress))
     }
 
+    private func retire(_ agent: IceAgent) { retired.append(agent) }
+
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer) {
+        datagramsReceived &+= 1
         switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
         case .rtp: onPacket?(datagram, false)
         case .rtcp: onPacket?(datagram, true)
@@ -161,7 +208,13 @@ public final class ClientConnection {
         }
     }
 
-    func tick() { apply(secure.handleTimeout(now: monotonicNow())) }
+    func tick() {
+        if !retired.isEmpty {
+            for a in retired { a.close(context: core.context) }
+            retired = []
+        }
+        apply(secure.handleTimeout(now: monotonicNow()))
+    }
 
     private func sendHandshake() {
         while let d = secure.pollDatagram() {
@@ -199,5 +252,5 @@ private func clientIceReceive(_ agent: OpaquePointer?, _ stream: guint, _ compon
 
 private func clientIceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {
     guard let owner else { return }
-    Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue().iceChanged(IceProgress(state))
+    Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue().iceChanged(IceProgress(state), agent: agent)
 }

@@ -6,7 +6,9 @@ internal import Glibc
 
 /// ICE settings for every agent a worker makes (from configuration).
 public struct IceConfiguration: Sendable {
-    /// Numeric local addresses to gather on (default 127.0.0.1 only).
+    /// Numeric local addresses to gather on (default 127.0.0.1 only). Empty: every address the
+    /// host has when an agent gathers (libnice's own list, loopback only when there is no other),
+    /// so that an agent made after a network change gathers on the new address.
     public var localAddresses: [String]
     public var portMin: UInt32
     public var portMax: UInt32
@@ -119,15 +121,6 @@ final class IceAgent {
         }
         if let head { g_slist_free_full(head) { nice_candidate_free($0?.assumingMemoryBound(to: NiceCandidate.self)) } }
         return out
-    }
-
-    /// Restarts the stream (RFC 8445 9, a full agent's side): new local credentials, the remote
-    /// candidates and checks cleared; libnice keeps sending on the selected pair until new
-    /// checks succeed. Give the peer's new credentials and candidates afterwards.
-    func restart() -> Bool {
-        guard nice_agent_restart_stream(agent, streamId) != 0 else { return false }
-        readLocalCredentials()
-        return true
     }
 
     func setRemoteCredentials(ufrag: String, pwd: String) {

@@ -23,10 +23,13 @@ struct Common: ParsableArguments {
     var iceAddress: [String] = []
     @Option(help: "The room's name (found or created).") var room = "minato-client"
     @Option(help: "Seconds to receive for.") var seconds = 3.0
+    @Flag(help: ArgumentHelp("Gather ICE candidates on every address this host has when a connection is made or "
+                             + "restarted (instead of --ice-address), as a device that changes networks must."))
+    var iceAnyAddress = false
 
     func context() async throws -> Context {
         try await Context.setup(Context.Options(urls: url.isEmpty ? ["ws://127.0.0.1:7880/ws"] : url, token: token,
-                                                iceLocalAddresses: iceAddress.isEmpty ? ["127.0.0.1"] : iceAddress))
+                                                iceLocalAddresses: iceAnyAddress ? [] : iceAddress.isEmpty ? ["127.0.0.1"] : iceAddress))
     }
 }
 
@@ -34,14 +37,27 @@ func printJSON(_ value: JSON) {
     print(value.serialized())
 }
 
-/// The room event types a member saw, in order (read with `snapshot` while it is in the room).
+/// The room event types (and versions) a member saw, in order (read with `snapshot` while it is
+/// in the room).
 final class EventLog: Sendable {
-    private let types = Mutex<[String]>([])
+    private let seen = Mutex<[(type: String, version: Int)]>([])
     init(_ member: LocalSFURoomMember) {
-        Task { for await e in member.events { self.append(e.type) } }
+        Task { for await e in member.events { self.append(e.type, e.version) } }
     }
-    private func append(_ type: String) { types.withLock { $0.append(type) } }
-    func snapshot() -> [String] { types.withLock { $0 } }
+    private func append(_ type: String, _ version: Int) { seen.withLock { $0.append((type, version)) } }
+    func snapshot() -> [String] { seen.withLock { $0.map(\.type) } }
+    func versions() -> [Int] { seen.withLock { $0.map(\.version) } }
+}
+
+/// Writes one JSON line at once (unbuffered), for a test reading while the bot runs.
+func printNow(_ value: JSON) {
+    FileHandle.standardOutput.write(Data((value.serialized() + "\n").utf8))
+}
+
+/// Milliseconds since `start`.
+func millis(since start: ContinuousClock.Instant) -> Double {
+    let d = ContinuousClock.now - start
+    return Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15
 }
 
 /// Publishes synthetic video (and audio) as one member and subscribes to it as another, then
@@ -206,6 +222,9 @@ struct Publish: AsyncParsableCommand {
     @Flag(help: "Publish audio too.") var audio = false
     @Option(help: "Also subscribe to the video of the member of this name (waiting up to 15 s for it) and count its packets.")
     var subscribeTo: String?
+    @Flag(help: ArgumentHelp("Report a timeline: the packets received every 100 ms, the connection events with their "
+                             + "times, the room events' versions, and the recovery counters (for recovery tests)."))
+    var timeline = false
 
     func run() async throws {
         let context = try await common.context()
@@ -213,7 +232,13 @@ struct Publish: AsyncParsableCommand {
         let me = try await room.join(name: name)
         // One sink for the subscription and the ones the SDK makes again after a rejoin: it counts on.
         let counter = StreamCounter()
-        let rejoins = RejoinLog(me) { try? await context.perform { counter.snapshot().packets } }
+        let start = ContinuousClock.now
+        let joinedId = me.id
+        let rejoins = RejoinLog(me, start: start) { try? await context.perform { counter.snapshot().packets } }
+        let events = EventLog(me)
+        if timeline {
+            printNow(["joined": .string(me.id)])   // a test may act once the member is in
+        }
         var publications = [try await me.publish(SyntheticVideoSource(bitrate: bitrate), options: PublicationOptions(metadata: "video"))]
         if audio { publications.append(try await me.publish(SyntheticAudioSource(), options: PublicationOptions(metadata: "audio"))) }
         if let subscribeTo {
@@ -229,13 +254,38 @@ struct Publish: AsyncParsableCommand {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
-        try await Task.sleep(for: .seconds(common.seconds))
+        var samples: [JSON] = []
+        var announced = false   // the first packet received, printed at once for a test to act on
+        let end = ContinuousClock.now + .seconds(common.seconds)
+        while ContinuousClock.now < end {
+            try await Task.sleep(for: .milliseconds(timeline ? 100 : 250))
+            if timeline {
+                let n = try await context.perform { counter.snapshot().packets }
+                if n > 0, !announced {
+                    announced = true
+                    printNow(["receiving": .number(millis(since: start).rounded())])
+                }
+                samples.append([.number(millis(since: start).rounded()), .number(Double(n))])
+            }
+        }
         let received = try await context.perform { counter.snapshot().packets }
         let log = rejoins.snapshot()
+        var out: [String: JSON] = ["roomId": .string(room.id), "memberId": .string(me.id),
+                                   "firstPublications": .array(publications.map { .string($0.id) }),
+                                   "packetsReceived": .number(Double(received)), "rejoins": .array(log)]
+        if timeline {
+            out["joinedId"] = .string(joinedId)
+            out["timeline"] = .array(samples)
+            out["eventVersions"] = .array(events.versions().map { .number(Double($0)) })
+            out["eventTypes"] = .array(events.snapshot().map { .string($0) })
+            out["replayedEvents"] = .number(Double(await me.replayedEvents))
+            out["signalingRecoveries"] = .number(Double(await me.signalingRecoveries))
+            out["mediaRecoveries"] = .number(Double(await me.mediaRecoveries))
+            out["iceRestarts"] = ["send": .number(Double(try await me.iceRestarts(.send))),
+                                  "recv": .number(Double(try await me.iceRestarts(.recv)))]
+        }
         try await me.leave()
-        printJSON(["roomId": .string(room.id), "memberId": .string(me.id),
-                   "firstPublications": .array(publications.map { .string($0.id) }),
-                   "packetsReceived": .number(Double(received)), "rejoins": .array(log)])
+        printJSON(.object(out))
         context.dispose()
     }
 }
@@ -244,10 +294,14 @@ struct Publish: AsyncParsableCommand {
 /// `received()` counted by then.
 final class RejoinLog: Sendable {
     private let entries = Mutex<[JSON]>([])
-    init(_ member: LocalSFURoomMember, received: @escaping @Sendable () async -> UInt64?) {
+    init(_ member: LocalSFURoomMember, start: ContinuousClock.Instant, received: @escaping @Sendable () async -> UInt64?) {
         Task {
             for await e in member.connectionEvents {
                 var entry = Self.json(e)
+                if case .object(var fields) = entry {
+                    fields["ms"] = .number(millis(since: start).rounded())
+                    entry = .object(fields)
+                }
                 if case .reconnected = e, case .object(var fields) = entry, let n = await received() {
                     fields["packetsReceived"] = .number(Double(n))
                     entry = .object(fields)
@@ -270,6 +324,12 @@ final class RejoinLog: Sendable {
                     "missing": .array(missing.map { .string("\($0.publisherName ?? "?") \($0.contentType.rawValue)") })]
         case .failed(let reason, let error):
             return ["event": "failed", "reason": .string(reason.rawValue), "error": .string(error)]
+        case .recovering(let cause):
+            return ["event": "recovering", "cause": .string(cause.description)]
+        case .recovered(let cause):
+            return ["event": "recovered", "cause": .string(cause.description)]
+        case .qualityChanged(let quality):
+            return ["event": "quality", "cause": .string(quality.rawValue)]
         }
     }
 }

@@ -56,4 +56,25 @@ import Testing
             #expect(LocalSFURoomMember.keepalivePeriodSec(interval: interval) == period, "interval \(interval)")
         }
     }
+
+    /// docs/sdk-swift.md "Recovery": each default named with its value in the text.
+    @Test func recoveryOptionsDefaultToTheDocumentedValues() throws {
+        let o = Context.Options()
+        #expect(o.recover)
+        let durations: [(String, Duration)] = [
+            (#"`heartbeatInterval` \(([0-9]+) s\)"#, o.heartbeatInterval),
+            (#"`heartbeatTimeout` \(([0-9]+) s\)"#, o.heartbeatTimeout),
+            (#"`signalingResumeTimeout` \(([0-9]+) s\)"#, o.signalingResumeTimeout),
+            (#"nothing for `mediaStallTimeout` \(([0-9]+) s\)"#, o.mediaStallTimeout),
+            (#"`mediaRestartWait` \(([0-9]+) s\)"#, o.mediaRestartWait),
+        ]
+        for (pattern, value) in durations {
+            let c = try #require(try Self.sdkDoc(pattern), "docs/sdk-swift.md lacks \(pattern)")
+            #expect(value == .seconds(Int(c[0])!), "\(pattern)")
+        }
+        let probe = try #require(try Self.sdkDoc(#"`networkProbeTimeout`, ([0-9.]+) s"#))
+        #expect(o.networkProbeTimeout == .milliseconds(Int(Double(probe[0])! * 1000)))
+        let restarts = try #require(try Self.sdkDoc(#"`maxMediaRestarts` \(([0-9]+)\) times"#))
+        #expect(o.maxMediaRestarts == Int(restarts[0])!)
+    }
 }

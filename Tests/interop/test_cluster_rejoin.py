@@ -355,7 +355,9 @@ def test_swift_bot_rejoins_publishes_and_subscribes_again(cluster, chromium, req
         with capsys.disabled():
             print(f"\n  swift bot on n{bot_node}, room on n{host} killed: the page received its video again "
                   f"{took:.2f} s after the kill; bot: {json.dumps(result['rejoins'])}")
-        rejoins = result["rejoins"]
+        # Its connection events, less the in-place recovery it may have begun when its media
+        # stalled with the node (a rejoin supersedes it).
+        rejoins = [r for r in result["rejoins"] if r["event"] in ("reconnecting", "reconnected", "failed")]
         assert [(r["event"], r["reason"]) for r in rejoins] == [("reconnecting", "nodeFailed"), ("reconnected", "nodeFailed")], \
             f"the bot's connection events: {rejoins}\n{err[-3000:]}"
         assert len(rejoins[1]["publications"]) == 1 and len(rejoins[1]["subscriptions"]) == 1, rejoins
