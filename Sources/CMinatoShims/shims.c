@@ -40,6 +40,9 @@ gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_c
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data) {
     return g_signal_connect(G_OBJECT(agent), "new-selected-pair-full", G_CALLBACK(cb), data);
 }
+gulong minato_nice_on_gathering_done(NiceAgent *agent, minato_gathering_done_cb cb, gpointer data) {
+    return g_signal_connect(G_OBJECT(agent), "candidate-gathering-done", G_CALLBACK(cb), data);
+}
 void minato_signal_disconnect(gpointer instance, gulong handler) {
     g_signal_handler_disconnect(instance, handler);
 }

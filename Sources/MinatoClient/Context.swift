@@ -53,6 +53,9 @@ public final class Context: Sendable {
         /// How long a lost socket is tried again before the member rejoins instead. The server
         /// keeps a member whose socket closed for its keepalive gap (30 s by default).
         public var signalingResumeTimeout: Duration = .seconds(20)
+        /// With TURN servers in the member's `iceServers`, how long a new connection (or an ICE
+        /// restart) waits for its relayed candidates before it offers what it has.
+        public var relayGatherTimeout: Duration = .seconds(3)
         public var logger: Logger
 
         public init(url: String = "ws://127.0.0.1:7880/ws", token: String? = nil, srtpProfiles: String? = nil,

@@ -5,9 +5,9 @@ public import Foundation
 /// credential minted for this member (coturn's REST scheme: `username` is "<unix expiry>:<member
 /// id>"); the server's static STUN URLs without one.
 ///
-/// This SDK's ICE agent (libnice) gathers host candidates only and does not use these: a bot or
-/// recorder runs where it reaches the server directly. They are parsed and kept for an
-/// application that passes them on (docs/sdk-swift.md "TURN").
+/// The member's connections allocate a relayed candidate on each TURN URL with its credential
+/// (`relays`, docs/sdk-swift.md "TURN"); an application that hands media to another WebRTC
+/// stack can pass the list on too.
 public struct IceServer: Sendable, Equatable, Codable {
     public let urls: [String]
     public let username: String?

@@ -138,8 +138,9 @@ public actor LocalSFURoomMember {
     /// server lets another connection take this member over only with it. Never logged or exposed.
     var reconnectSecret: String?
     /// The join result's `iceServers` (TURN with this member's own credential, static STUN), or
-    /// the last `renewIceServers()`'s; empty when the server has none. This SDK's own connections
-    /// do not use them (libnice gathers host candidates only; docs/sdk-swift.md "TURN").
+    /// the last `renewIceServers()`'s; empty when the server has none. Connections made (or ICE
+    /// restarted) afterwards allocate a relayed candidate on each TURN server in it
+    /// (docs/sdk-swift.md "TURN").
     public private(set) var iceServers: [IceServer]
     let media = WorkerBound(MemberMedia())
     private var tracks: [OfferedTrack] = []
@@ -242,6 +243,13 @@ public actor LocalSFURoomMember {
         return true
     }
 
+    /// The selected pair's local candidate type on one connection ("host", "prflx", "relay":
+    /// through a TURN server of `iceServers`), nil before one is selected.
+    public func selectedCandidateType(_ side: ConnectionSide) async throws -> String? {
+        let media = self.media
+        return try await worker.perform { _ in (side == .send ? media.value.send : media.value.recv)?.selectedCandidateType }
+    }
+
     /// Ends a replay: the live events that waited, in version order.
     func releaseHeldEvents() {
         holdingEvents = false
@@ -295,18 +303,19 @@ public actor LocalSFURoomMember {
     /// server, and starts pulling packets from the source on the worker thread.
     public func publish<S: RtpSource & Sendable>(_ source: S, options: PublicationOptions = PublicationOptions()) async throws -> RoomPublication {
         let media = self.media
-        let profiles = room.context.options.srtpProfiles
-        let local = try await worker.perform { core -> LocalTransportParameters in
-            if let c = media.value.send { return c.local }
-            let c = try core.makeConnection(srtpProfiles: profiles)
+        let profiles = room.context.options.srtpProfiles, relays = self.relays
+        var (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
+            if let c = media.value.send { return (c.local, false) }
+            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
             media.value.send = c
             media.value.sendDemux.attach(to: c)
             media.value.sendDemux.onRtcp = { rtcp in
                 for o in media.value.outbound.values { o.feedback(rtcp) }
                 media.value.readReports(rtcp)
             }
-            return c.local
+            return (c.local, true)
         }
+        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(.send) { local = gathered }
         let mid = String(tracks.count)
         let track = OfferedTrack(mid: mid, codec: source.codec, ssrc: UInt32.random(in: 1...UInt32.max), cname: cname)
         let firstNegotiation = tracks.isEmpty
@@ -418,14 +427,15 @@ public actor LocalSFURoomMember {
     private func applyServerOffer(_ sdp: String) async throws -> [ClientSdp.OfferedStream] {
         let offer = try SessionDescription.parse(sdp)
         let media = self.media
-        let profiles = room.context.options.srtpProfiles
-        let (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
+        let profiles = room.context.options.srtpProfiles, relays = self.relays
+        var (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
             if let c = media.value.recv { return (c.local, false) }
-            let c = try core.makeConnection(srtpProfiles: profiles)
+            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
             media.value.recv = c
             media.value.recvDemux.attach(to: c)
             return (c.local, true)
         }
+        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(.recv) { local = gathered }
         recvVersion += 1
         let (answer, streams) = ClientSdp.answer(to: offer, local: local, sessionId: sessionId &+ 1, version: recvVersion)
         if isNew {
@@ -450,7 +460,8 @@ public actor LocalSFURoomMember {
         guard connected else { throw ClientError.badResponse("no \(direction.rawValue) connection to restart") }
         switch direction {
         case .send:
-            let local = try await worker.perform { _ -> LocalTransportParameters? in media.value.send?.restartIce() }
+            var local = try await worker.perform { _ -> LocalTransportParameters? in media.value.send?.restartIce() }
+            if local != nil, !relays.isEmpty { local = try await gatheredLocal(.send) }
             guard let local else { return }
             sendVersion += 1
             let offer = ClientSdp.offer(local: local, tracks: tracks, sessionId: sessionId, version: sendVersion)
@@ -463,12 +474,13 @@ public actor LocalSFURoomMember {
             guard let sdp = result["offer"]?["sdp"]?.string else { throw ClientError.badResponse("restartIce returned no offer") }
             let offer = try SessionDescription.parse(sdp)
             let remote = try ClientSdp.remoteTransport(of: offer)
-            let local = try await worker.perform { _ -> LocalTransportParameters? in
+            var local = try await worker.perform { _ -> LocalTransportParameters? in
                 guard let c = media.value.recv else { return nil }
                 let local = c.restartIce()
                 c.setRestartedRemote(remote)
                 return local
             }
+            if local != nil, !relays.isEmpty { local = try await gatheredLocal(.recv) }
             guard let local else { return }
             recvVersion += 1
             let (answer, _) = ClientSdp.answer(to: offer, local: local, sessionId: sessionId &+ 1, version: recvVersion)

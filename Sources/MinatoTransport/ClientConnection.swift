@@ -50,16 +50,23 @@ public final class ClientConnection {
     /// Agents replaced or failed, freed on the next tick (never inside their own callbacks).
     private var retired: [IceAgent] = []
     private let secure: SecureTransport
+    /// TURN servers every agent of this connection allocates a relayed candidate on.
+    private let relays: [IceRelay]
+    /// Whether the current agent (or, during a restart, the restart's agent) knows all its
+    /// candidates: with `relays`, its SDP should wait for this (the relayed ones take round trips).
+    public private(set) var gathered = false
 
-    init(core: ClientWorkerCore, srtpProfiles: String?) throws {
+    init(core: ClientWorkerCore, srtpProfiles: String?, relays: [IceRelay] = []) throws {
         self.core = core
+        self.relays = relays
         secure = try SecureTransport(runtime: core.runtime, now: monotonicNow(),
                                      timeouts: TransportTimeouts(connect: 0, media: 0), srtpProfiles: srtpProfiles)
         // Two-phase: C callbacks need `self`, so the agent is made after stored properties.
         local = LocalTransportParameters(iceUfrag: "", icePwd: "", candidates: [], fingerprint: core.runtime.fingerprint)
         let me = Unmanaged.passUnretained(self).toOpaque()
         let ice = try IceAgent(context: core.context, configuration: core.ice, owner: me, controlling: true,
-                               receive: clientIceReceive, stateChanged: clientIceStateChanged)
+                               receive: clientIceReceive, stateChanged: clientIceStateChanged,
+                               relays: relays, gatheringDone: clientGatheringDone)
         self.ice = ice
         local = LocalTransportParameters(iceUfrag: ice.localUfrag, icePwd: ice.localPwd,
                                          candidates: ice.localCandidates(), fingerprint: core.runtime.fingerprint)
@@ -89,8 +96,10 @@ public final class ClientConnection {
         if let pending { retire(pending) }
         pending = nil
         let me = Unmanaged.passUnretained(self).toOpaque()
+        gathered = false
         guard let fresh = try? IceAgent(context: core.context, configuration: core.ice, owner: me, controlling: true,
-                                        receive: clientIceReceive, stateChanged: clientIceStateChanged)
+                                        receive: clientIceReceive, stateChanged: clientIceStateChanged,
+                                        relays: relays, gatheringDone: clientGatheringDone)
         else {
             restarting = false
             restartFailures += 1
@@ -197,6 +206,17 @@ public final class ClientConnection {
 
     private func retire(_ agent: IceAgent) { retired.append(agent) }
 
+    /// The newest agent knows all its candidates: `local` takes them (relayed ones included).
+    func gatheringDone(agent: OpaquePointer?) {
+        guard let newest = pending ?? ice, agent == newest.agent else { return }
+        gathered = true
+        local = LocalTransportParameters(iceUfrag: newest.localUfrag, icePwd: newest.localPwd,
+                                         candidates: newest.localCandidates(), fingerprint: local.fingerprint)
+    }
+
+    /// The selected pair's local candidate type ("host", "srflx", "prflx", "relay"), nil before one.
+    public var selectedCandidateType: String? { ice?.selectedLocalType() }
+
     @inline(__always)
     func received(_ datagram: UnsafeMutableRawBufferPointer) {
         datagramsReceived &+= 1
@@ -248,6 +268,11 @@ private func clientIceReceive(_ agent: OpaquePointer?, _ stream: guint, _ compon
     guard let owner, let buf, len > 0 else { return }
     Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue()
         .received(UnsafeMutableRawBufferPointer(start: buf, count: Int(len)))
+}
+
+private func clientGatheringDone(_ agent: OpaquePointer?, _ stream: guint, _ owner: gpointer?) {
+    guard let owner else { return }
+    Unmanaged<ClientConnection>.fromOpaque(owner).takeUnretainedValue().gatheringDone(agent: agent)
 }
 
 private func clientIceStateChanged(_ agent: OpaquePointer?, _ stream: guint, _ component: guint, _ state: guint, _ owner: gpointer?) {

@@ -78,8 +78,9 @@ public final class ClientWorkerCore {
 
     /// A new connection on this thread. `srtpProfiles` (OpenSSL names, e.g.
     /// "SRTP_AEAD_AES_128_GCM") narrows what this client offers in DTLS; nil offers all three.
-    public func makeConnection(srtpProfiles: String? = nil) throws -> ClientConnection {
-        let c = try ClientConnection(core: self, srtpProfiles: srtpProfiles)
+    /// `relays`: TURN servers its agents allocate relayed candidates on.
+    public func makeConnection(srtpProfiles: String? = nil, relays: [IceRelay] = []) throws -> ClientConnection {
+        let c = try ClientConnection(core: self, srtpProfiles: srtpProfiles, relays: relays)
         connections[ObjectIdentifier(c)] = c
         return c
     }

@@ -23,6 +23,21 @@ public struct IceConfiguration: Sendable {
     }
 }
 
+/// A TURN server a client agent allocates a relayed candidate on (RFC 8656): a numeric address,
+/// the port, the credential, and how the client reaches it.
+public struct IceRelay: Sendable, Equatable {
+    public enum Transport: Sendable, Equatable { case udp, tcp, tls }
+    public let address: String
+    public let port: UInt16
+    public let username: String
+    public let password: String
+    public let transport: Transport
+    public init(address: String, port: UInt16, username: String, password: String, transport: Transport) {
+        self.address = address; self.port = port; self.username = username; self.password = password
+        self.transport = transport
+    }
+}
+
 /// One libnice agent with one stream and one component (BUNDLE + rtcp-mux). Owns the
 /// `NiceAgent`; lives on the media worker whose `GMainContext` it was made with.
 final class IceAgent {
@@ -49,10 +64,13 @@ final class IceAgent {
     /// through `receive` and `stateChanged`, C callbacks that know the owner's type (the server's
     /// `WebRtcTransport` by default, a client's `ClientConnection` otherwise).
     /// `controlling` defaults to full-ICE agents controlling, lite agents controlled.
+    /// `relays`: TURN servers to allocate relayed candidates on (a client's; gathering them takes
+    /// round trips: `gatheringDone` is called when every candidate is known).
     init(context: OpaquePointer, configuration: IceConfiguration, owner: UnsafeMutableRawPointer,
          controlling: Bool? = nil,
          receive: NiceAgentRecvFunc = iceReceive,
-         stateChanged: minato_component_state_cb = iceStateChanged) throws {
+         stateChanged: minato_component_state_cb = iceStateChanged,
+         relays: [IceRelay] = [], gatheringDone: minato_gathering_done_cb? = nil) throws {
         let controls = controlling ?? !configuration.lite
         guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, controls ? 1 : 0,
                                                 configuration.tcp ? 1 : 0)
@@ -72,6 +90,17 @@ final class IceAgent {
         nice_agent_set_port_range(agent, stream, 1, configuration.portMin, configuration.portMax)
         nice_agent_attach_recv(agent, stream, 1, context, receive, owner)
         signalHandlers.append(UInt(minato_nice_on_component_state(agent, stateChanged, owner)))
+        if let gatheringDone { signalHandlers.append(UInt(minato_nice_on_gathering_done(agent, gatheringDone, owner))) }
+        for r in relays {
+            let type: NiceRelayType
+            switch r.transport {
+            case .udp: type = NICE_RELAY_TYPE_TURN_UDP
+            case .tcp: type = NICE_RELAY_TYPE_TURN_TCP
+            case .tls: type = NICE_RELAY_TYPE_TURN_TLS
+            }
+            // A refused entry (not a numeric address) is skipped: host candidates still work.
+            _ = nice_agent_set_relay_info(agent, stream, 1, r.address, UInt32(r.port), r.username, r.password, type)
+        }
         guard nice_agent_gather_candidates(agent, stream) != 0 else {
             nice_agent_attach_recv(agent, stream, 1, context, nil, nil)
             g_object_unref(UnsafeMutableRawPointer(agent))
@@ -147,6 +176,21 @@ final class IceAgent {
     /// Calls `changed` (with the owner) when ICE selects a new pair.
     func onSelectedPairChange(_ changed: minato_selected_pair_cb, owner: UnsafeMutableRawPointer) {
         signalHandlers.append(UInt(minato_nice_on_selected_pair(agent, changed, owner)))
+    }
+
+    /// The selected pair's local candidate type ("host", "srflx", "prflx", "relay"), nil before
+    /// a pair is selected.
+    func selectedLocalType() -> String? {
+        var local: UnsafeMutablePointer<NiceCandidate>?
+        var remote: UnsafeMutablePointer<NiceCandidate>?
+        guard nice_agent_get_selected_pair(agent, streamId, 1, &local, &remote) != 0, let local else { return nil }
+        switch local.pointee.type {
+        case NICE_CANDIDATE_TYPE_HOST: return "host"
+        case NICE_CANDIDATE_TYPE_SERVER_REFLEXIVE: return "srflx"
+        case NICE_CANDIDATE_TYPE_PEER_REFLEXIVE: return "prflx"
+        case NICE_CANDIDATE_TYPE_RELAYED: return "relay"
+        default: return nil
+        }
     }
 
     /// The selected pair's UDP socket fd and peer address, or -1 (no pair yet, TCP or relay).

@@ -127,9 +127,13 @@ struct Loopback: AsyncParsableCommand {
             ])
         }
         let events = bobEvents.snapshot()   // before leaving: what the member saw while in the room
+        // The selected pairs' local candidate types: "relay" when the connection goes through TURN.
+        let candidates: JSON = ["send": .string(try await alice.selectedCandidateType(.send) ?? ""),
+                                "recv": .string(try await bob.selectedCandidateType(.recv) ?? "")]
         try await bob.leave()
         try await alice.leave()
-        var out: JSON = ["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) })]
+        var out: JSON = ["roomId": .string(room.id), "streams": .array(results), "events": .array(events.map { .string($0) }),
+                         "candidates": candidates, "relays": .number(Double(await alice.iceServers.count))]
         if let restart, case .object(var fields) = out { fields["iceRestart"] = restart; out = .object(fields) }
         printJSON(out)
         context.dispose()

@@ -28,7 +28,9 @@ Logs: artifacts/interop/test_turn.log (server), test_turn-coturn.log, the pages'
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import time
 
 import pytest
@@ -40,6 +42,7 @@ from coturn import Coturn
 from media import SyntheticVideoTrack, VideoSink
 from minato_client import LoopThread, Member, unique_name
 from netns import Lab
+from test_swift_sdk import client_binary
 from waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -290,6 +293,31 @@ def test_tcp_only_client_publishes_and_subscribes_through_coturn(server, client_
             except Exception:  # noqa: BLE001
                 pass
     assert not log.page_errors, log.page_errors
+
+
+def test_swift_client_relays_through_coturn(server, client_host, coturn, capsys):
+    """The Swift SDK on the same TCP-only host (`minato-client loopback`: one member publishes,
+    another subscribes): both connections allocate a relayed candidate on coturn over TCP with
+    the join result's credential (libnice), select it, and the packets come through whole."""
+    cmd = [str(client_binary()), "loopback", "--url", f"ws://{SERVER_ADDR}:{server.port}/ws", "--ice-any-address",
+           "--room", unique_name("turn-swift"), "--seconds", "3"]
+    before = client_host.nft_counters("block", COUNTERS)
+    proc = client_host.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{err[-3000:]}"
+    result = json.loads(out.strip().splitlines()[-1])
+    after = client_host.nft_counters("block", COUNTERS)
+    delta = {k: after[k]["packets"] - before[k]["packets"] for k in COUNTERS}
+    stream = result["streams"][0]
+    with capsys.disabled():
+        print(f"\nSwift SDK through TURN over TCP: selected {result['candidates']}, {stream['packets']} of "
+              f"{stream['expected']} packets, latency p50 {stream['latencyP50Ms']:.1f} ms; firewall drops udp "
+              f"{delta['udp-out']} out")
+    assert result["relays"] >= 1, result
+    assert result["candidates"] == {"send": "relay", "recv": "relay"}, result
+    assert stream["packets"] >= 0.95 * stream["expected"] and stream["expected"] > 50, stream   # ~1.5 s of 3 go to connecting
+    assert stream["decryptFailures"] == 0 and stream["stampsRead"] > 0, stream
+    assert delta["turn-tcp"] > 0 and delta["udp-out"] > 0, delta
 
 
 def test_refused_credentials_are_a_clear_sdk_error(server, client_host, coturn, chromium, pages, capsys):

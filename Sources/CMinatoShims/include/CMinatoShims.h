@@ -19,6 +19,9 @@ typedef void (*minato_selected_pair_cb)(NiceAgent *agent, guint stream_id, guint
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling, gboolean tcp);
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data);
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data);
+typedef void (*minato_gathering_done_cb)(NiceAgent *agent, guint stream_id, gpointer user_data);
+/// "candidate-gathering-done": every candidate of the stream (host, relayed) is known.
+gulong minato_nice_on_gathering_done(NiceAgent *agent, minato_gathering_done_cb cb, gpointer data);
 void minato_signal_disconnect(gpointer instance, gulong handler);
 /// Fills `addr` from a numeric IPv4/IPv6 string; returns FALSE when it is not one.
 gboolean minato_nice_address_from_string(NiceAddress *addr, const char *ip);
