@@ -21,6 +21,8 @@ public final class SFURoom: Sendable {
     private let eventSink: AsyncStream<RoomEvent>.Continuation
     /// The password given to create or find the room: a rejoin finds it again with it.
     let password: String?
+    /// Who is speaking (`activeSpeakersChanged`, as its joined members' sockets report it).
+    public let activeSpeakers = ActiveSpeakerBoard()
     private let current: Mutex<(id: String, lastVersion: Int)>
 
     init(snapshot: RoomSnapshot, context: Context, password: String?) {
@@ -215,6 +217,7 @@ public actor LocalSFURoomMember {
     private func handle(_ n: RpcChannel.Notification) async {
         switch n.method {
         case "roomEvent":
+            if room.activeSpeakers.deliver(n.params, roomId: room.id) { return }   // no version: not a RoomEvent
             guard let e = RoomEvent(n.params) else { return }
             if holdingEvents { heldEvents.append(e) } else { deliver(e) }
         case "offer":

@@ -36,6 +36,10 @@ public struct ProducerParameters: Sendable {
     /// The publisher's header extension id of the transport-wide sequence number; nonzero:
     /// the engine sends it transport-wide feedback for its transport (every stream on it).
     public var transportSequenceExtensionId: UInt8 = 0
+    /// Audio: the publisher's header extension id of the RFC 6464 audio level
+    /// (`ssrc-audio-level`); nonzero: the engine reads each packet's level for the room's
+    /// active speakers (`ActiveSpeakers`) and, with `forwardLoudest`, to choose what is forwarded.
+    public var audioLevelExtensionId: UInt8 = 0
     public init(transport: TransportIndex, kind: MediaKind, ssrc: UInt32, rtxSsrc: UInt32? = nil,
                 payloadType: UInt8, clockRate: UInt32, codec: VideoCodecKind,
                 keyFrameRequest: KeyFrameRequestMethod, paused: Bool = false,
@@ -70,6 +74,9 @@ public struct ConsumerParameters: Sendable {
     /// `extensionIds` remap); nonzero: every packet sent on the transport that carries the
     /// element gets the transport's next number there (for the subscriber's feedback).
     public var transportSequenceExtensionId: UInt8 = 0
+    /// Audio: forwarded whether or not its producer is among the room's loudest
+    /// (`EngineTuning.speakers.forwardLoudest`); the subscriber pinned it.
+    public var pinned = false
     public init(producer: ProducerId, transport: TransportIndex, ssrc: UInt32, payloadType: UInt8, extensionIds: ExtensionIdMap,
                 rtxSsrc: UInt32? = nil, rtxPayloadType: UInt8? = nil, redPayloadType: UInt8? = nil, preferredLayer: Int? = nil) {
         self.producer = producer; self.transport = transport; self.ssrc = ssrc
@@ -99,6 +106,12 @@ public struct ProducerStats: Sendable {
     /// Simulcast: per layer (lowest first), whether its SSRC is known yet and the packets
     /// received on it; the fields above sum over the layers (jitter: the highest's).
     public var layers: [LayerStats] = []
+    /// Audio with the audio-level extension: the smoothed level (linear amplitude, 0...1 of
+    /// full scale), whether it is a speaker now, and whether it is forwarded under
+    /// `forwardLoudest`. nil without levels.
+    public var audioLevel: Float?
+    public var speaking = false
+    public var audible = true
 }
 
 /// One simulcast layer of a producer (`ProducerStats.layers`).
@@ -197,6 +210,9 @@ public struct EngineTuning: Sendable, Equatable {
     /// Beyond either, RTCP is dropped and counted (`DropReason.rtcpOverBudget`).
     public var rtcpPacketsPerSecond = 1000
     public var rtcpWorkPerSecond = 20_000
+    /// Active speakers and forward-loudest-N (config `rooms.speakerEventIntervalMs`,
+    /// `rooms.audio.forwardLoudest`; docs/architecture.md "Active speakers").
+    public var speakers = ActiveSpeakers.Settings()
 
     public init() {}
 }

@@ -76,6 +76,9 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case layerNotSelected
     /// A VP8 temporal layer above the one the consumer forwards now (counted once per consumer).
     case temporalLayerNotSelected
+    /// Audio of a producer that is not among the room's loudest (`forwardLoudest`), for a
+    /// consumer that did not pin it (counted once per consumer).
+    case notLoudest
     /// A late (reordered) packet with no number left in the consumer's stream: it arrived after
     /// the numbers around it closed up over dropped packets (counted once per consumer).
     case lateAfterDrop
@@ -117,6 +120,7 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .waitingForKeyFrame: return "waiting_for_key_frame"
         case .layerNotSelected: return "layer_not_selected"
         case .temporalLayerNotSelected: return "temporal_layer_not_selected"
+        case .notLoudest: return "not_loudest"
         case .lateAfterDrop: return "late_after_drop"
         case .outboxFull: return "outbox_full"
         case .reparseFailed: return "reparse_failed"

@@ -132,6 +132,8 @@ extension MediaEngine {
         if view.payloadType != producers[p].parameters.payloadType && !isRed {
             drops[DropReason.unknownPayloadType.rawValue] &+= 1; return
         }
+        // Audio levels: the room's speakers, and whether this packet is among the loudest.
+        let audible = producers[p].speakerRoom < 0 || speakerLevel(producer: p, view, now: now)
         let isVideo = producers[p].parameters.kind == .video
         let isKey = isVideo && isKeyframe(codec: producers[p].parameters.codec, payload: UnsafeRawBufferPointer(view.payload))
         if isKey, let due = producers[p].keyFrames.deadline {
@@ -161,6 +163,16 @@ extension MediaEngine {
         while i < count {
             let c = Int(producers[p].consumers[i])
             i += 1
+            if !audible, !consumers[c].parameters.pinned {
+                // Left out while not among the loudest; numbering restarts continuously after.
+                consumers[c].skipping = true
+                drops[DropReason.notLoudest.rawValue] &+= 1
+                continue
+            }
+            if consumers[c].skipping {
+                consumers[c].skipping = false
+                consumers[c].rewriter.resync()
+            }
             if consumers[c].waitingForKeyFrame || layer != consumers[c].currentLayer {
                 // Starting, resuming, or another layer: only the target layer's keyframe goes through.
                 guard isKey, layer == consumers[c].targetLayer else {

@@ -5,7 +5,7 @@ extension MediaEngine {
     /// When `handleTimeout` next has work; nil when nothing is pending (an idle engine, or
     /// producers that are silent, owe no keyframe request and miss no packet). O(1).
     public var nextDeadline: Nanoseconds? {
-        let soonest = min(keyFrameDeadline, reportDeadline, nackDeadline, feedbackDeadline, probeDeadline)
+        let soonest = min(keyFrameDeadline, reportDeadline, nackDeadline, feedbackDeadline, probeDeadline, speakerDeadline)
         return soonest == .max ? nil : soonest
     }
 
@@ -43,6 +43,7 @@ extension MediaEngine {
             }
         }
         if now >= probeDeadline { sendProbePadding(now: now) }
+        if now >= speakerDeadline { tickSpeakers(now: now) }
         if now >= feedbackDeadline {
             var pending = false
             for t in transports.indices where transports[t].active && transports[t].feedbackRecorder?.hasPending == true {

@@ -100,6 +100,9 @@ public final class MediaEngine {
         /// and the bitrate of each TID over the last interval.
         var temporalBytes = SIMD4<UInt64>()
         var temporalBitrates = SIMD4<Int>()
+        /// Audio with levels: its room's `speakerRooms` index and its entry there (-1: none).
+        var speakerRoom: Int32 = -1
+        var speakerEntry: Int32 = -1
         /// How many TIDs the last interval carried (0: the stream has no temporal index).
         var temporalLayers: Int {
             var n = 4
@@ -151,6 +154,9 @@ public final class MediaEngine {
         var temporalLayer = Int.max
         var targetTemporalLayer = Int.max
         var temporalSwitches: UInt64 = 0
+        /// Audio under `forwardLoudest`: its producer's packets are being left out; the next
+        /// one forwarded restarts the numbering continuously (as after a pause).
+        var skipping = false
     }
 
     /// A simulcast layer that received nothing for this long is not chosen for a consumer
@@ -238,6 +244,15 @@ public final class MediaEngine {
     /// While any subscriber transport probes: when its padding is next due (`.max`: none).
     var probeDeadline: Nanoseconds = .max
     static let probeSlice: Nanoseconds = 10_000_000
+    /// Active speakers, one state machine per room (router) with audio levels; the map is
+    /// used on the control path only.
+    var speakerRooms = ContiguousArray<ActiveSpeakers>()
+    var speakerRoomRouters = ContiguousArray<RouterId?>()
+    var speakerRoomByRouter: [RouterId: Int32] = [:]
+    /// When the speaker rooms next tick (`.max`: no audio level arrived since they went quiet).
+    var speakerDeadline: Nanoseconds = .max
+    /// Some room's speaker list is due as an event (`takeSpeakerEvents`).
+    public internal(set) var speakerEventsDue = false
     /// Probes started, and padding packets sent for them.
     public internal(set) var probesStarted: UInt64 = 0
     public internal(set) var paddingPacketsSent: UInt64 = 0
@@ -324,6 +339,9 @@ public final class MediaEngine {
         if let rtx = parameters.rtxSsrc { transports[ts].receiveSsrcs.append((rtx, -1 - id)) }
         producers[Int(id)].group = id
         producers[Int(id)].layerSlots = [id]
+        if parameters.kind == .audio, parameters.audioLevelExtensionId != 0 {
+            addSpeaker(producer: Int(id), router: transports[ts].router)
+        }
         return producerId(Int(id))
     }
 
@@ -385,6 +403,7 @@ public final class MediaEngine {
                 transports[Int(t.slot)].receiveSsrcs.removeAll { $0.producer == raw || $0.producer == -1 - raw }
                 transports[Int(t.slot)].unboundRids.removeAll { $0.producer == raw }
             }
+            removeSpeaker(producer: slot)
             producers[slot].active = false
             producers[slot].generation &+= 1
             producers[slot].consumers = []
@@ -566,6 +585,11 @@ public final class MediaEngine {
             stats.packetsRecovered &+= pr.packetsRecovered
             stats.packetsLost &+= pr.stream.cumulativeLost
             stats.jitter = pr.stream.jitter
+            if let speaker = speakerStats(producer: Int(raw)) {
+                stats.audioLevel = speaker.level
+                stats.speaking = speaker.speaking
+                stats.audible = speaker.audible
+            }
             if !pr.rid.isEmpty {
                 let bound = pr.parameters.ssrc != 0 || pr.stream.packets > 0
                 let tids = pr.temporalLayers

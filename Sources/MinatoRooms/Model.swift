@@ -262,6 +262,8 @@ final class RoomSubscription {
     let ssrc: UInt32
     var preferredEncodingId: String?
     var consumer: ConsumerId?
+    /// Audio forwarded whatever `rooms.audio.forwardLoudest` chooses (`subscribe {pinned: true}`).
+    var pinned = false
 
     init(id: String, publicationId: String, subscriberId: String, contentType: String, mid: String, ssrc: UInt32,
          preferredEncodingId: String?) {
@@ -273,6 +275,7 @@ final class RoomSubscription {
         var o: [String: JSONValue] = ["id": .string(id), "publicationId": .string(publicationId),
                                       "subscriberId": .string(subscriberId), "contentType": .string(contentType)]
         if let p = preferredEncodingId { o["preferredEncodingId"] = .string(p) }
+        if pinned { o["pinned"] = .bool(true) }
         return .object(o)
     }
 }

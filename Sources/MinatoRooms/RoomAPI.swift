@@ -84,9 +84,13 @@ public struct SubscribeRequest: Sendable {
     /// a publication in any other codec is refused with `codecNotSupported` before anything is
     /// offered. Nil: the subscriber did not say (its answer is checked instead).
     public var codecCapabilities: [String]?
-    public init(memberId: String, publicationId: String, preferredEncodingId: String? = nil, codecCapabilities: [String]? = nil) {
+    /// Audio: forwarded even when not among the room's loudest (`rooms.audio.forwardLoudest`).
+    public var pinned: Bool
+    public init(memberId: String, publicationId: String, preferredEncodingId: String? = nil, codecCapabilities: [String]? = nil,
+                pinned: Bool = false) {
         self.memberId = memberId; self.publicationId = publicationId; self.preferredEncodingId = preferredEncodingId
         self.codecCapabilities = codecCapabilities
+        self.pinned = pinned
     }
 }
 

@@ -146,7 +146,7 @@ extension RoomService {
         for (_, s) in ps { t[0] &+= s.packetsReceived; t[1] &+= s.bytesReceived }
         for (_, s) in cs { t[2] &+= s.packetsSent; t[3] &+= s.bytesSent }
         let publications: [JSONValue] = ps.map { id, s in
-            ["publicationId": .string(id), "packetsReceived": .int(Int(clamping: s.packetsReceived)),
+            var o: [String: JSONValue] = ["publicationId": .string(id), "packetsReceived": .int(Int(clamping: s.packetsReceived)),
              "packetsLost": .int(Int(clamping: s.packetsLost)), "jitter": .int(Int(s.jitter)),
              "nacksSent": .int(Int(clamping: s.nacksSent)), "packetsRecovered": .int(Int(clamping: s.packetsRecovered)),
              "keyFrameRequests": .int(Int(clamping: s.keyFrameRequests)),
@@ -158,6 +158,14 @@ extension RoomService {
                 o["temporalBitrates"] = .array(l.temporalBitrates.map { .int($0) })
                  return .object(o)
              })]
+            // Audio with RFC 6464 levels: the smoothed level (0...1 of full scale), whether the
+            // publisher is a speaker now, and whether it is forwarded under rooms.audio.forwardLoudest.
+            if let level = s.audioLevel {
+                o["audioLevel"] = .double((Double(level) * 1000).rounded() / 1000)
+                o["speaking"] = .bool(s.speaking)
+                o["forwarded"] = .bool(s.audible)
+            }
+            return .object(o)
         }
         let subscriptions: [JSONValue] = cs.map { id, s in
             var o: [String: JSONValue] = [

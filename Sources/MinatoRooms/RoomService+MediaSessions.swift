@@ -405,6 +405,9 @@ extension RoomService {
                 var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
                                            rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
                 c.transportSequenceExtensionId = twcc
+                // A WHEP player watches one member: its audio is never left out for not being
+                // among the room's loudest (rooms.audio.forwardLoudest).
+                c.pinned = true
                 return c
             }
         }

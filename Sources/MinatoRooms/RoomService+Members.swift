@@ -192,6 +192,8 @@ extension RoomService {
         case .iceRestarted(let id):
             logger.debug("ICE restart completed", metadata: ["transport": "\(id)"])
             Counter(label: "minato_ice_restarts_total").increment()
+        case .activeSpeakers(let router, let list):
+            speakersChanged(router: router, list)
         case .transportClosed(let id, let reason):
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }

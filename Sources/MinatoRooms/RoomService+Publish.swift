@@ -65,6 +65,7 @@ extension RoomService {
                                    rids: layers, ridExtensionId: stream.ridExtensionId,
                                    repairedRidExtensionId: stream.repairedRidExtensionId)
                 p.transportSequenceExtensionId = stream.transportSequenceExtensionId
+                p.audioLevelExtensionId = stream.audioLevelExtensionId
                 return p
             }
         }

@@ -43,6 +43,7 @@ extension RoomService {
             let mid = slot.mid
             let sub = RoomSubscription(id: id, publicationId: pub.id, subscriberId: member.id, contentType: pub.contentType,
                                        mid: mid, ssrc: slot.ssrc, preferredEncodingId: r.preferredEncodingId)
+            sub.pinned = r.pinned
             room.subscriptions.append(sub)
             let offer = makeReceiveOffer(member, local: local, by: token)
             emit(room, "publicationSubscribed", ["subscription": sub.json])
@@ -154,11 +155,13 @@ extension RoomService {
             let formats = slot.acceptedFormats(in: section)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
             let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
+            let pinned = sub.pinned
             let consumer = try await onWorker(room) { core in
                 try core.addConsumer(on: tid) { index in
                     var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
                                                rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt, preferredLayer: cap)
                     c.transportSequenceExtensionId = RtpHeaderExtension.transportWideCC.receiverId ?? 0
+                    c.pinned = pinned
                     return c
                 }
             }

@@ -46,6 +46,8 @@ struct PublishedStream: Sendable {
     var repairedRidExtensionId: UInt8 = 0
     /// The publisher's id of the transport-wide sequence number extension (0: not offered).
     var transportSequenceExtensionId: UInt8 = 0
+    /// Audio: the publisher's id of the RFC 6464 audio-level extension (0: not offered).
+    var audioLevelExtensionId: UInt8 = 0
 }
 
 /// The room layer's SDP entry points: parse, read the peer's transport, answer a publisher,
@@ -169,6 +171,9 @@ enum SdpNegotiation {
                                      rtxSsrc: fid.flatMap { $0.ssrcs.count > 1 ? $0.ssrcs[1] : nil },
                                      rtxPayloadType: rtx, redPayloadType: red, nack: nack, extensionIds: ids)
         stream.transportSequenceExtensionId = twcc
+        if m.kind == "audio" {
+            stream.audioLevelExtensionId = m.extMaps.first { $0.uri == RtpHeaderExtension.audioLevel.uri }?.id ?? 0
+        }
         return stream
     }
 

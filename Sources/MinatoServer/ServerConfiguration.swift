@@ -71,6 +71,12 @@ public struct ServerConfiguration: Sendable {
     /// counted (`rtcp_over_budget`).
     public var rtcpMaxPacketsPerSec = 1000
     public var rtcpMaxWorkPerSec = 20_000
+    /// `rooms.speakerEventIntervalMs`: `activeSpeakersChanged` events of one room at most
+    /// this far apart (0: none sent; the speakers are still tracked for the admin stats).
+    public var speakerEventIntervalMs = 300
+    /// `rooms.audio.forwardLoudest`: each subscriber gets audio only from the N loudest
+    /// publications of its room (plus those it pinned); 0: all of them.
+    public var forwardLoudest = 0
     /// The media engine's loss-recovery and bandwidth settings from the keys above.
     public var engineTuning: EngineTuning {
         var t = EngineTuning()
@@ -81,6 +87,8 @@ public struct ServerConfiguration: Sendable {
         t.initialSubscriberBitrate = bandwidthInitialKbps * 1000
         t.rtcpPacketsPerSecond = rtcpMaxPacketsPerSec
         t.rtcpWorkPerSecond = rtcpMaxWorkPerSec
+        t.speakers.eventInterval = UInt64(speakerEventIntervalMs) * 1_000_000
+        t.speakers.forwardLoudest = forwardLoudest
         return t
     }
     /// `media.dtls.certificateFile` / `media.dtls.privateKeyFile`: a PEM certificate and
@@ -356,6 +364,8 @@ struct ConfigKey: Sendable {
         .int("rooms.maxRoomsCreatedPerConnection", 1...1_000_000, { $0.rooms.maxRoomsCreatedPerConnection }) { $0.rooms.maxRoomsCreatedPerConnection = $1 },
         .int("rooms.maxMembers", 1...1_000_000, { $0.rooms.maxMembers }) { $0.rooms.maxMembers = $1 },
         .int("rooms.maxMembersPerConnection", 1...10_000, { $0.rooms.maxMembersPerConnection }) { $0.rooms.maxMembersPerConnection = $1 },
+        .int("rooms.speakerEventIntervalMs", 0...60_000, { $0.speakerEventIntervalMs }) { $0.speakerEventIntervalMs = $1 },
+        .int("rooms.audio.forwardLoudest", 0...100, { $0.forwardLoudest }) { $0.forwardLoudest = $1 },
         .int("rooms.emptyTimeoutSec", 0...86_400, { $0.rooms.emptyTimeoutSec }) { $0.rooms.emptyTimeoutSec = $1 },
         .int("whip.maxSessions", 0...1_000_000, { $0.rooms.maxMediaSessions }) { $0.rooms.maxMediaSessions = $1 },
         .int("whip.maxNewSessionsPerSecPerAddress", 1...100_000, { $0.rooms.maxNewMediaSessionsPerSecPerAddress }) { $0.rooms.maxNewMediaSessionsPerSecPerAddress = $1 },

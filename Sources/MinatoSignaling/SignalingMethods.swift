@@ -125,7 +125,8 @@ extension SignalingMethod {
             let r = try await core.subscribe(
                 SubscribeRequest(memberId: try p.string("memberId"), publicationId: try p.string("publicationId"),
                                  preferredEncodingId: try p.optionalString("preferredEncodingId"),
-                                 codecCapabilities: try p.codecCapabilities("codecCapabilities")), from: c)
+                                 codecCapabilities: try p.codecCapabilities("codecCapabilities"),
+                                 pinned: try p.optionalBool("pinned") ?? false), from: c)
             return ["subscription": r.subscription, "mid": .string(r.mid), "offer": r.offer.json]
         },
         SignalingMethod("unsubscribe", .member("subscribe"), target: subscription) { p, core, c in

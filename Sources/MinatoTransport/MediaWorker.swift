@@ -12,6 +12,8 @@ public enum WorkerEvent: Sendable {
     case transportClosed(TransportId, reason: TransportCloseReason)
     /// An ICE restart's new agent has a pair and took over the transport.
     case iceRestarted(TransportId)
+    /// A room's speaker list changed (loudest first; at most every `rooms.speakerEventIntervalMs`).
+    case activeSpeakers(RouterId, [SpeakerLevel])
 }
 
 /// Counters a worker reports (read through `perform`).
@@ -532,6 +534,9 @@ public final class WorkerCore {
         armedFor = 0   // the ready time stays in the past until armTimer sets it again
         let now = monotonicNow()
         engine.handleTimeout(now: now)
+        if engine.speakerEventsDue {
+            for (router, list) in engine.takeSpeakerEvents(now: now) { eventSink.yield(.activeSpeakers(router, list)) }
+        }
         if now >= transportDeadline {
             var failed: [(WebRtcTransport, TransportUpdate)] = []
             for t in transports.values {

@@ -153,6 +153,60 @@ class SineAudioTrack(MediaStreamTrack):
         return frame
 
 
+class ScheduledToneTrack(SineAudioTrack):
+    """Speech-like audio on a schedule: tone bursts with a syllable-rate envelope (about -15 to
+    -20 dBov) during the `schedule`'s intervals (seconds after `clock["t0"]`, a `time.monotonic()`
+    value the test sets once every publisher is connected), digital silence otherwise (aiortc
+    puts -127 dBov in the RFC 6464 audio-level extension of each packet). Records when each
+    interval's first voiced frame was made (`voiced_at`, monotonic) and how many voiced frames
+    were made (`voiced_frames`)."""
+
+    def __init__(self, clock: dict, schedule: list[tuple[float, float]], frequency: float = SINE_HZ) -> None:
+        super().__init__(frequency=frequency)
+        self.clock = clock
+        self.schedule = schedule
+        self.voiced_at: dict[int, float] = {}
+        self.voiced_frames = 0
+
+    def _interval(self, now: float) -> Optional[int]:
+        t0 = self.clock.get("t0")
+        if t0 is None:
+            return None
+        t = now - t0
+        return next((i for i, (a, b) in enumerate(self.schedule) if a <= t < b), None)
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+            self._timestamp = 0
+        else:
+            self._timestamp += self.samples
+            wait = self._start + (self._timestamp / self.sample_rate) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)     # pacing: the audio clock (20 ms frames in real time)
+        now = time.monotonic()
+        i = self._interval(now)
+        t0 = self._timestamp
+        if i is None:
+            pcm = numpy.zeros(self.samples, dtype=numpy.int16)
+        else:
+            self.voiced_at.setdefault(i, now)
+            self.voiced_frames += 1
+            n = numpy.arange(t0, t0 + self.samples)
+            # Syllables: the amplitude swells and fades four times a second, never below half.
+            env = 0.55 + 0.45 * numpy.abs(numpy.sin(2 * math.pi * 2.0 * n / self.sample_rate))
+            pcm = (self.amplitude * env * numpy.sin(2 * math.pi * self.frequency * n / self.sample_rate)).astype(numpy.int16)
+        frame = av.AudioFrame(format="s16", layout="mono", samples=self.samples)
+        frame.planes[0].update(pcm.tobytes())
+        frame.pts = t0
+        frame.sample_rate = self.sample_rate
+        frame.time_base = fractions.Fraction(1, self.sample_rate)
+        self.frames_sent += 1
+        return frame
+
+
 class VideoSink:
     """Consumes a received video track, counting decoded frames and the sender's indices."""
 

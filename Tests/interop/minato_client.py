@@ -70,7 +70,10 @@ class Connection:
         self._pending: dict[Any, asyncio.Future] = {}
         self._orphans: list[dict] = []              # responses with an id we did not wait for (or null)
         self._orphan_cond: Optional[asyncio.Condition] = None
-        self.events: list[dict] = []                # every roomEvent params, in arrival order
+        self.events: list[dict] = []                # every versioned roomEvent params, in arrival order
+        # `activeSpeakersChanged` (no version: not logged or replayed), each with the
+        # `time.monotonic()` it arrived at under "receivedAt"
+        self.speaker_events: list[dict] = []
         self.offers: list[dict] = []                # every `offer` notification params
         self.notifications: list[dict] = []         # every notification, raw
         self._cond: Optional[asyncio.Condition] = None
@@ -93,7 +96,9 @@ class Connection:
                 log.debug("%s <- %s", self.label, text[:400])
                 if "method" in msg and "id" not in msg:
                     self.notifications.append(msg)
-                    if msg["method"] == "roomEvent":
+                    if msg["method"] == "roomEvent" and "version" not in msg["params"]:
+                        self.speaker_events.append({**msg["params"], "receivedAt": time.monotonic()})
+                    elif msg["method"] == "roomEvent":
                         self.events.append(msg["params"])
                     elif msg["method"] == "offer":
                         self.offers.append(msg["params"])

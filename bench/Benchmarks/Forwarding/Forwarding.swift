@@ -39,6 +39,8 @@ let benchmarks: @Sendable () -> Void = {
         blackHole(sink)
     }
 
+    audioBenchmarks()
+
     for fanOut in [1, 10, 50] {
         Benchmark("Router fan-out 1->\(fanOut), 1200 B, null transport (per received packet)") { benchmark in
             let engine = MediaEngine()

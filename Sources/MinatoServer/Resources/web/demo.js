@@ -187,6 +187,14 @@ function enterCall() {
     const tile = state.tiles.get(member.id);
     if (tile) tile.querySelector('.label').textContent = labelOf(member, member.id === me.id);
   });
+  // The speakers' tiles are outlined, the dominant (loudest) one more strongly.
+  on(room.onActiveSpeakersChanged, ({ speakers }) => {
+    for (const [id, tile] of state.tiles) {
+      const i = speakers.findIndex((s) => s.member.id === id);
+      tile.classList.toggle('speaking', i >= 0);
+      tile.classList.toggle('dominant', i === 0);
+    }
+  });
   watchConnection(me, on);
   on(me.onLeft, ({ reason }) => {
     if (reason !== 'left') showError(new MinatoError(reason, `you are no longer in the room (${reason})`), 'Disconnected');

@@ -26,6 +26,12 @@ export class RoomMember {
     this.side = 'remote';
     /** @type {'joined'|'left'} */
     this.state = 'joined';
+    /** This member's audio level from the last `activeSpeakersChanged` event: the level of its
+     * loudest audio publication among the speakers (linear amplitude, 0...1 of full scale), 0
+     * when it is not speaking. @type {number} */
+    this.audioLevel = 0;
+    /** Whether the last `activeSpeakersChanged` lists this member. @type {boolean} */
+    this.isSpeaking = false;
   }
 
   /** @param {MemberJSON} json */
@@ -433,7 +439,8 @@ export class LocalSFURoomMember extends RoomMember {
   /**
    * Subscribes to another member's publication.
    * @param {string|RoomPublication} publicationId
-   * @param {{preferredEncodingId?: string}} [options]
+   * @param {{preferredEncodingId?: string, pinned?: boolean}} [options] `pinned: true` (audio):
+   *   forwarded even when the server sends only the room's loudest (`rooms.audio.forwardLoudest`).
    * @returns {Promise<{subscription: RoomSubscription, stream: RemoteStream}>}
    */
   async subscribe(publicationId, options = {}) {
@@ -461,6 +468,7 @@ export class LocalSFURoomMember extends RoomMember {
   async _subscribe(id, options) {
     const params = { memberId: this.id, publicationId: id };
     if (options.preferredEncodingId !== undefined) params.preferredEncodingId = options.preferredEncodingId;
+    if (options.pinned) params.pinned = true;
     // What this browser decodes: the server refuses a publication in any other codec with
     // `codecNotSupported` instead of offering a stream nobody here can decode.
     const known = this.room.publications.find((p) => p.id === id);

@@ -112,6 +112,14 @@ export class SFURoom {
      * came back; `missing` lists subscriptions whose publisher did not publish again in time.
      * @type {MinatoEvent<{reason: 'nodeFailed'|'memberLost', missing: {publisherName: (string|null), contentType: string}[]}>} */
     this.onReconnected = new MinatoEvent();
+    /** Who is speaking, loudest first (the first is the dominant speaker); sent when the list or
+     * its order changes, at most every `rooms.speakerEventIntervalMs` (300 ms). `level` is the
+     * smoothed level of the publication (linear amplitude, 0...1 of full scale). Also sets each
+     * member's `audioLevel` and `isSpeaking`.
+     * @type {MinatoEvent<{speakers: {member: RoomMember, publication: (RoomPublication|undefined), level: number}[]}>} */
+    this.onActiveSpeakersChanged = new MinatoEvent();
+    /** The last speaker list (as in `onActiveSpeakersChanged`). */
+    this.activeSpeakers = [];
     /** Every room event as received (raw protocol JSON), after it was applied. @type {MinatoEvent<RoomEventJSON>} */
     this.onEvent = new MinatoEvent();
 
@@ -321,6 +329,8 @@ export class SFURoom {
 
   /** @param {RoomEventJSON} ev */
   _onLiveEvent(ev) {
+    // The speaker list describes the present: it has no version, is not replayed and never waits.
+    if (ev.type === 'activeSpeakersChanged') { this._speakersChanged(ev); return; }
     if (this._held) { this._held.push(ev); return; }
     this._apply(ev);
   }
@@ -429,6 +439,23 @@ export class SFURoom {
       default:
         this.context._log('unknown room event', ev);
     }
+    this.onEvent.emit(ev);
+  }
+
+  /** `activeSpeakersChanged {speakers:[{memberId, publicationId, level}]}`. @param {RoomEventJSON} ev */
+  _speakersChanged(ev) {
+    const list = ((ev.data && ev.data.speakers) || [])
+      .map((s) => ({ member: this._members.get(s.memberId), publication: this._publications.get(s.publicationId),
+        level: typeof s.level === 'number' ? s.level : 0 }))
+      .filter((s) => s.member);
+    const levels = new Map();
+    for (const s of list) levels.set(s.member.id, Math.max(levels.get(s.member.id) ?? 0, s.level));
+    for (const m of this._members.values()) {
+      m.audioLevel = levels.get(m.id) ?? 0;
+      m.isSpeaking = levels.has(m.id);
+    }
+    this.activeSpeakers = list;
+    this.onActiveSpeakersChanged.emit({ speakers: list });
     this.onEvent.emit(ev);
   }
 
