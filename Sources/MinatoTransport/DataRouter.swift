@@ -70,7 +70,8 @@ final class DataEndpoint {
     /// Rate limit: tokens (messages) left and when they were last refilled.
     var tokens: Double
     var refilledAt: Nanoseconds = 0
-    var lastErrorAt: Nanoseconds = 0
+    /// When an error notice of each reason was last reported (at most one a second per reason).
+    var lastErrorAt: [String: Nanoseconds] = [:]
 
     init(transportId: TransportId, association: SctpAssociation, tokens: Double,
          write: @escaping ([[UInt8]]) -> Void, role: @escaping () -> DtlsTransport.Role?) {
@@ -248,10 +249,11 @@ final class DataRouter {
         }
     }
 
-    /// At most one error notice per transport per second (a peer cannot flood its signaling).
+    /// At most one error notice per transport and reason per second (a peer cannot flood its
+    /// signaling connection; the drops are counted all the same).
     private func report(_ e: DataEndpoint, label: String?, reason: String, detail: String, now: Nanoseconds) {
-        guard e.lastErrorAt == 0 || now &- e.lastErrorAt >= 1_000_000_000 else { return }
-        e.lastErrorAt = now
+        if let last = e.lastErrorAt[reason], now &- last < 1_000_000_000 { return }
+        e.lastErrorAt[reason] = now
         notices.append(.error(e.transportId, label: label, reason: reason, detail: detail))
     }
 

@@ -88,6 +88,7 @@ final class DtlsTransport {
     /// borrowed for the call. Nil: they are read and dropped (`applicationRecordsDropped`).
     var applicationData: ((UnsafeRawBufferPointer) -> Void)?
     private(set) var applicationRecordsDropped: UInt64 = 0
+    private(set) var applicationRecordsRead: UInt64 = 0
     /// One record's worth of plaintext (DTLS records are at most 2^14 bytes plus expansion).
     private var readBuffer: [UInt8] = []
 
@@ -98,6 +99,7 @@ final class DtlsTransport {
         while true {
             let n = readBuffer.withUnsafeMutableBytes { SSL_read(ssl, $0.baseAddress, Int32($0.count)) }
             if n > 0 {
+                applicationRecordsRead &+= 1
                 if let sink = applicationData {
                     readBuffer.withUnsafeBytes { sink(UnsafeRawBufferPointer(rebasing: $0[0..<Int(n)])) }
                 } else {

@@ -154,7 +154,11 @@ final class SecureTransport {
             lastMediaAt = now
             return .rtcp(UnsafeRawBufferPointer(start: base, count: n))
         case .dtls:
-            return .handshake(receiveDtls(UnsafeRawBufferPointer(datagram)))
+            let records = dtls.applicationRecordsRead
+            let update = receiveDtls(UnsafeRawBufferPointer(datagram))
+            // Data channels (SCTP in DTLS application records) count as hearing the peer.
+            if dtls.applicationRecordsRead != records { heard(at: now) }
+            return .handshake(update)
         case .stun, .unknown:
             return .dropped(.unknownPacket)
         }

@@ -5,6 +5,7 @@ import { MinatoError, MinatoEvent, SerialQueue, mediaError, receiveCodecCapabili
 import { LocalStream, RemoteStream } from './stream.js';
 import { MediaRecovery } from './recovery.js';
 import { MemberIceServers } from './ice-servers.js';
+import { LocalDataStream, RemoteDataStream, channelOpen, dataMaxMessageSize, dataSectionMid } from './data.js';
 
 // ---------------------------------------------------------------------------------------------
 // Members
@@ -91,6 +92,14 @@ export class LocalSFURoomMember extends RoomMember {
     this._subscribing = new Map();
     /** The number of server offers this member answered. */
     this.answeredOffers = 0;
+    /** Data channels the server opened on the receive connection, by label (a subscription id),
+     * and the subscribes waiting for theirs. */
+    this._dataChannels = new Map();
+    this._dataWaiters = new Map();
+    /** Fires when the server refused something this member's data channels sent
+     * (`dataChannelError`: reason `messageTooLarge`, `unknownDcepMessage`, `invalidDcepMessage`,
+     * `tooManyChannels`). @type {MinatoEvent<{reason: string, detail: string, publicationId?: string, label?: string}>} */
+    this.onDataChannelError = new MinatoEvent();
     /** Fires once when this member is no longer in the room; `reason` is the server's
      * (`left`, `replaced`, `keepaliveExpired`, `transportClosed`, `kicked`, `roomClosed`), or the
      * SDK's `takeoverRefused` (after a reconnect the server refused `keepalive` with
@@ -229,6 +238,14 @@ export class LocalSFURoomMember extends RoomMember {
     // A rejoin replaces both connections: what an old one still reports is ignored.
     const current = () => pc === (direction === 'send' ? this._sendPc : this._recvPc);
     pc.addEventListener('icecandidate', (ev) => { if (current()) this._sendCandidate(direction, ev.candidate); });
+    if (direction === 'recv') {
+      // The server opens one channel per data subscription, labelled with the subscription id.
+      pc.addEventListener('datachannel', (ev) => {
+        if (!current()) return;
+        const waiter = this._dataWaiters.get(ev.channel.label);
+        if (waiter) { this._dataWaiters.delete(ev.channel.label); waiter(ev.channel); } else this._dataChannels.set(ev.channel.label, ev.channel);
+      });
+    }
     this._recovery.watch(direction, pc);
     this._iceServers.watch(direction, pc);
     pc.addEventListener('connectionstatechange', () => {
@@ -273,6 +290,7 @@ export class LocalSFURoomMember extends RoomMember {
    */
   async publish(source, options = {}) {
     this._checkJoined('publish');
+    if (source instanceof LocalDataStream) return this._publish(source, options, null);
     const track = source instanceof MediaStreamTrack ? source : source && source.track;
     if (!(track instanceof MediaStreamTrack)) {
       throw new MinatoError('invalidParameter', 'publish needs a MediaStreamTrack (or a stream with .track)', { method: 'publish' });
@@ -288,6 +306,7 @@ export class LocalSFURoomMember extends RoomMember {
    * @returns {Promise<RoomPublication>}
    */
   _publish(stream, options, previous) {
+    if (stream instanceof LocalDataStream) return this._publishData(stream, options, previous);
     const track = stream.track;
     return this._sendQueue.run(async () => {
       this._checkJoined('publish');
@@ -351,6 +370,59 @@ export class LocalSFURoomMember extends RoomMember {
   }
 
   /**
+   * Publishes a data stream: an RTCDataChannel on the send connection (its first one adds the
+   * connection's data-channel m-section to the offer), named in `publish` by its label.
+   * @param {LocalDataStream} stream @param {object} options (metadata, isEnabled, maxSubscribers)
+   * @param {RoomPublication|null} previous (as `_publish`)
+   * @returns {Promise<RoomPublication>}
+   */
+  _publishData(stream, options, previous) {
+    return this._sendQueue.run(async () => {
+      this._checkJoined('publish');
+      if (!this._sendPc) this._sendPc = this._newPc('send');
+      const pc = this._sendPc;
+      const label = `${stream.id}-${Math.random().toString(36).slice(2, 8)}`;
+      const channel = pc.createDataChannel(label, stream.options);
+      let published = false;
+      try {
+        let offer;
+        try {
+          offer = await pc.createOffer();
+          await pc.setLocalDescription(offer);
+        } catch (e) { throw mediaError(e, 'creating the publish offer failed'); }
+        const mid = dataSectionMid(pc.localDescription.sdp);
+        if (mid === null) throw new MinatoError('mediaError', 'the offer has no data-channel section', { method: 'publish' });
+        const params = {
+          memberId: this.id, contentType: 'data', mid,
+          offer: { type: 'offer', sdp: pc.localDescription.sdp },
+          dataChannel: { label, ...stream.options },
+        };
+        for (const k of ['metadata', 'isEnabled', 'maxSubscribers']) {
+          if (options[k] !== undefined) params[k] = options[k];
+        }
+        const r = await this.context._request('publish', params);
+        published = true;
+        try {
+          await pc.setRemoteDescription(r.answer);
+        } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
+        await channelOpen(channel, 15000);
+        stream._attach(channel, dataMaxMessageSize(r.answer.sdp));
+        const publication = previous ? this.room._continuePublication(previous, r.publication)
+          : this.room._upsertPublication(r.publication);
+        publication._local = { transceiver: null, stream, member: this };
+        this._senders.set(publication.id, { transceiver: null, stream, options, channel });
+        return publication;
+      } catch (e) {
+        try { channel.close(); } catch (x) { /* closed */ }
+        if (!published && pc.signalingState === 'have-local-offer') {
+          try { await pc.setLocalDescription({ type: 'rollback' }); } catch (x) { /* ignore */ }
+        }
+        throw e;
+      }
+    });
+  }
+
+  /**
    * Ends a publication of this member and renegotiates the send connection without it.
    * @param {string|RoomPublication} publicationId
    */
@@ -361,6 +433,7 @@ export class LocalSFURoomMember extends RoomMember {
     const sender = this._senders.get(id);
     this._senders.delete(id);
     if (!sender) return;
+    if (sender.channel) { sender.stream._detach(); return; }
     await this._sendQueue.run(async () => {
       if (this._left || !this._sendPc) return;
       try {
@@ -464,9 +537,10 @@ export class LocalSFURoomMember extends RoomMember {
     // What this browser decodes: the server refuses a publication in any other codec with
     // `codecNotSupported` instead of offering a stream nobody here can decode.
     const known = this.room.publications.find((p) => p.id === id);
-    const caps = receiveCodecCapabilities(known ? [known.contentType] : ['audio', 'video']);
+    const caps = known && known.contentType === 'data' ? [] : receiveCodecCapabilities(known ? [known.contentType] : ['audio', 'video']);
     if (caps.length) params.codecCapabilities = caps;
     const r = await this.context._request('subscribe', params);
+    if (r.subscription.contentType === 'data') return this._subscribeData(r);
     // Enqueued now, i.e. before any later message is handled, so offers apply in arrival order.
     const applied = this._onServerOffer(r.offer, 'subscribe');
     const subscription = this.room._upsertSubscription(r.subscription);
@@ -477,6 +551,36 @@ export class LocalSFURoomMember extends RoomMember {
     this._streams.set(subscription.id, stream);
     subscription._localStream = stream;
     return { subscription, stream };
+  }
+
+  /**
+   * The rest of a data subscribe: the server's offer answered, then the channel it opens.
+   * @param {{subscription: SubscriptionJSON, offer: {type: 'offer', sdp: string}}} r
+   */
+  async _subscribeData(r) {
+    const applied = this._onServerOffer(r.offer, 'subscribe');
+    const subscription = this.room._upsertSubscription(r.subscription);
+    const stream = new RemoteDataStream(subscription);
+    this._streams.set(subscription.id, stream);
+    subscription._localStream = stream;
+    const label = subscription.id;
+    const channel = this._dataChannels.get(label) || await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this._dataWaiters.delete(label);
+        reject(new MinatoError('timeout', 'the server did not open the data channel within 15 s', { method: 'subscribe' }));
+      }, 15000);
+      this._dataWaiters.set(label, (ch) => { clearTimeout(timer); resolve(ch); });
+      applied.catch((e) => { clearTimeout(timer); this._dataWaiters.delete(label); reject(e); });
+    });
+    this._dataChannels.delete(label);
+    stream._attach(channel);
+    await applied;
+    return { subscription, stream };
+  }
+
+  /** A `dataChannelError` notification for this member. @param {object} params */
+  _onDataChannelError(params) {
+    this.onDataChannelError.emit({ reason: params.reason, detail: params.detail, publicationId: params.publicationId, label: params.label });
   }
 
   /**
