@@ -34,6 +34,9 @@ final class SctpStack: Sendable {
         usrsctp_sysctl_set_sctp_nr_outgoing_streams_default(1024)
         usrsctp_sysctl_set_sctp_delayed_sack_time_default(20)
         usrsctp_sysctl_set_sctp_blackhole(2)
+        // usrsctp's bound on chunks queued per association (512) refuses a burst of small
+        // messages that a fast peer takes; the send buffer (`sendBufferBytes`) bounds them.
+        usrsctp_sysctl_set_sctp_max_chunks_on_queue(65535)
     }
 
     func register() -> (UInt, SctpOutbox) {
@@ -165,6 +168,11 @@ final class SctpAssociation {
         params.spp_assoc_id = 0
         params.spp_flags = UInt32(SPP_PMTUD_DISABLE)
         params.spp_pathmtu = 1150
+        _ = usrsctp_setsockopt(s, Int32(IPPROTO_SCTP), SCTP_PEER_ADDR_PARAMS, &params, socklen_t(MemoryLayout<sctp_paddrparams>.size))
+        // Heartbeats every 10 s: a data-only peer that sends no ICE consent checks is still heard
+        // (the transport's consent timeout), and a dead one is found.
+        params.spp_flags = UInt32(SPP_PMTUD_DISABLE | SPP_HB_ENABLE)
+        params.spp_hbinterval = 10_000
         _ = usrsctp_setsockopt(s, Int32(IPPROTO_SCTP), SCTP_PEER_ADDR_PARAMS, &params, socklen_t(MemoryLayout<sctp_paddrparams>.size))
         var rto = sctp_rtoinfo(srto_assoc_id: 0, srto_initial: 1000, srto_max: 10_000, srto_min: 200)
         _ = usrsctp_setsockopt(s, Int32(IPPROTO_SCTP), SCTP_RTOINFO, &rto, socklen_t(MemoryLayout<sctp_rtoinfo>.size))

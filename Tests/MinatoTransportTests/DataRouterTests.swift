@@ -202,3 +202,4 @@ final class DataLink {
         #expect(lossy.bytes.withUnsafeBytes { Dcep.parse($0) } == .success(.open(lossy)))
     }
 }
+
