@@ -203,3 +203,25 @@ final class DataLink {
     }
 }
 
+
+/// The fuzzer's harness (fuzz/Sources/FuzzDataChannel) on the committed seeds and a stream of
+/// random inputs: nothing traps, and a good message still gets through afterwards.
+@Suite struct DataChannelFuzzHarnessTests {
+    @Test func seedsAndRandomInputsDoNotBreakTheRouter() throws {
+        let h = try DataChannelFuzzHarness()
+        defer { h.close() }
+        let seeds = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../fuzz/corpus/FuzzDataChannel").standardized
+        let files = (try? FileManager.default.contentsOfDirectory(at: seeds, includingPropertiesForKeys: nil)) ?? []
+        #expect(files.count >= 5)
+        for f in files { try Data(contentsOf: f).withUnsafeBytes { h.feed($0) } }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<3000 {
+            let bytes = (0..<Int.random(in: 0...300, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            bytes.withUnsafeBytes { h.feed($0) }
+        }
+        let before = h.delivered
+        [UInt8(3), 1, 2, 3].withUnsafeBytes { h.feed($0) }
+        #expect(h.delivered == before + 1)
+    }
+}
