@@ -685,6 +685,8 @@ export class LocalSFURoomMember extends RoomMember {
     this._streams.clear();
     this._senders.clear();
     this._subscribing.clear();
+    this._dataChannels.clear();
+    this._dataWaiters.clear();
     this._lostReason = null;
     this.context._localMembers.delete(this.id);
   }
