@@ -4,7 +4,7 @@
 // opens an RTCDataChannel on the member's send connection and names it in `publish`
 // (`dataChannel.label`); the server copies each message written on it to every subscriber,
 // whose RemoteDataStream fires `onData` with the message (a string, or an ArrayBuffer).
-import { MinatoError, MinatoEvent } from './core.js';
+import { MinatoError, MinatoEvent, mediaError } from './core.js';
 
 /** Messages a RemoteDataStream keeps while nobody listens to `onData` yet (then the oldest go). */
 const MAX_HELD_MESSAGES = 10000;
@@ -141,4 +141,86 @@ export function channelOpen(channel, timeoutMs) {
     channel.addEventListener('open', () => { clearTimeout(timer); resolve(); }, { once: true });
     channel.addEventListener('close', () => { clearTimeout(timer); reject(new MinatoError('mediaError', 'the data channel closed before it opened')); }, { once: true });
   });
+}
+
+/**
+ * Publishes a data stream for `member`: an RTCDataChannel on its send connection (the first one
+ * adds the connection's data-channel m-section to the offer), named in `publish` by its label.
+ * @param {LocalSFURoomMember} member @param {LocalDataStream} stream
+ * @param {object} options (metadata, isEnabled, maxSubscribers)
+ * @param {RoomPublication|null} previous after a rejoin: the publication this one continues
+ * @returns {Promise<RoomPublication>}
+ */
+export function publishData(member, stream, options, previous) {
+  return member._sendQueue.run(async () => {
+    member._checkJoined('publish');
+    if (!member._sendPc) member._sendPc = member._newPc('send');
+    const pc = member._sendPc;
+    const label = `${stream.id}-${Math.random().toString(36).slice(2, 8)}`;
+    const channel = pc.createDataChannel(label, stream.options);
+    let published = false;
+    try {
+      let offer;
+      try {
+        offer = await pc.createOffer();
+        await pc.setLocalDescription(offer);
+      } catch (e) { throw mediaError(e, 'creating the publish offer failed'); }
+      const mid = dataSectionMid(pc.localDescription.sdp);
+      if (mid === null) throw new MinatoError('mediaError', 'the offer has no data-channel section', { method: 'publish' });
+      const params = {
+        memberId: member.id, contentType: 'data', mid,
+        offer: { type: 'offer', sdp: pc.localDescription.sdp },
+        dataChannel: { label, ...stream.options },
+      };
+      for (const k of ['metadata', 'isEnabled', 'maxSubscribers']) {
+        if (options[k] !== undefined) params[k] = options[k];
+      }
+      const r = await member.context._request('publish', params);
+      published = true;
+      try {
+        await pc.setRemoteDescription(r.answer);
+      } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
+      await channelOpen(channel, 15000);
+      stream._attach(channel, dataMaxMessageSize(r.answer.sdp));
+      const publication = previous ? member.room._continuePublication(previous, r.publication)
+        : member.room._upsertPublication(r.publication);
+      publication._local = { transceiver: null, stream, member };
+      member._senders.set(publication.id, { transceiver: null, stream, options, channel });
+      return publication;
+    } catch (e) {
+      try { channel.close(); } catch (x) { /* closed */ }
+      if (!published && pc.signalingState === 'have-local-offer') {
+        try { await pc.setLocalDescription({ type: 'rollback' }); } catch (x) { /* ignore */ }
+      }
+      throw e;
+    }
+  });
+}
+
+/**
+ * The rest of `member`'s data subscribe: the server's offer answered, then the channel the
+ * server opens for the subscription (its label is the subscription id).
+ * @param {LocalSFURoomMember} member
+ * @param {{subscription: SubscriptionJSON, offer: {type: 'offer', sdp: string}}} r
+ * @returns {Promise<{subscription: RoomSubscription, stream: RemoteDataStream}>}
+ */
+export async function subscribeData(member, r) {
+  const applied = member._onServerOffer(r.offer, 'subscribe');
+  const subscription = member.room._upsertSubscription(r.subscription);
+  const stream = new RemoteDataStream(subscription);
+  member._streams.set(subscription.id, stream);
+  subscription._localStream = stream;
+  const label = subscription.id;
+  const channel = member._dataChannels.get(label) || await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      member._dataWaiters.delete(label);
+      reject(new MinatoError('timeout', 'the server did not open the data channel within 15 s', { method: 'subscribe' }));
+    }, 15000);
+    member._dataWaiters.set(label, (ch) => { clearTimeout(timer); resolve(ch); });
+    applied.catch((e) => { clearTimeout(timer); member._dataWaiters.delete(label); reject(e); });
+  });
+  member._dataChannels.delete(label);
+  stream._attach(channel);
+  await applied;
+  return { subscription, stream };
 }

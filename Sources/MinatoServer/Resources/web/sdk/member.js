@@ -5,7 +5,7 @@ import { MinatoError, MinatoEvent, SerialQueue, mediaError, receiveCodecCapabili
 import { LocalStream, RemoteStream } from './stream.js';
 import { MediaRecovery } from './recovery.js';
 import { MemberIceServers } from './ice-servers.js';
-import { LocalDataStream, RemoteDataStream, channelOpen, dataMaxMessageSize, dataSectionMid } from './data.js';
+import { LocalDataStream, publishData, subscribeData } from './data.js';
 
 // ---------------------------------------------------------------------------------------------
 // Members
@@ -369,58 +369,8 @@ export class LocalSFURoomMember extends RoomMember {
     });
   }
 
-  /**
-   * Publishes a data stream: an RTCDataChannel on the send connection (its first one adds the
-   * connection's data-channel m-section to the offer), named in `publish` by its label.
-   * @param {LocalDataStream} stream @param {object} options (metadata, isEnabled, maxSubscribers)
-   * @param {RoomPublication|null} previous (as `_publish`)
-   * @returns {Promise<RoomPublication>}
-   */
-  _publishData(stream, options, previous) {
-    return this._sendQueue.run(async () => {
-      this._checkJoined('publish');
-      if (!this._sendPc) this._sendPc = this._newPc('send');
-      const pc = this._sendPc;
-      const label = `${stream.id}-${Math.random().toString(36).slice(2, 8)}`;
-      const channel = pc.createDataChannel(label, stream.options);
-      let published = false;
-      try {
-        let offer;
-        try {
-          offer = await pc.createOffer();
-          await pc.setLocalDescription(offer);
-        } catch (e) { throw mediaError(e, 'creating the publish offer failed'); }
-        const mid = dataSectionMid(pc.localDescription.sdp);
-        if (mid === null) throw new MinatoError('mediaError', 'the offer has no data-channel section', { method: 'publish' });
-        const params = {
-          memberId: this.id, contentType: 'data', mid,
-          offer: { type: 'offer', sdp: pc.localDescription.sdp },
-          dataChannel: { label, ...stream.options },
-        };
-        for (const k of ['metadata', 'isEnabled', 'maxSubscribers']) {
-          if (options[k] !== undefined) params[k] = options[k];
-        }
-        const r = await this.context._request('publish', params);
-        published = true;
-        try {
-          await pc.setRemoteDescription(r.answer);
-        } catch (e) { throw mediaError(e, 'applying the server answer failed'); }
-        await channelOpen(channel, 15000);
-        stream._attach(channel, dataMaxMessageSize(r.answer.sdp));
-        const publication = previous ? this.room._continuePublication(previous, r.publication)
-          : this.room._upsertPublication(r.publication);
-        publication._local = { transceiver: null, stream, member: this };
-        this._senders.set(publication.id, { transceiver: null, stream, options, channel });
-        return publication;
-      } catch (e) {
-        try { channel.close(); } catch (x) { /* closed */ }
-        if (!published && pc.signalingState === 'have-local-offer') {
-          try { await pc.setLocalDescription({ type: 'rollback' }); } catch (x) { /* ignore */ }
-        }
-        throw e;
-      }
-    });
-  }
+  /** Publishes a data stream (data.js `publishData`). @returns {Promise<RoomPublication>} */
+  _publishData(stream, options, previous) { return publishData(this, stream, options, previous); }
 
   /**
    * Ends a publication of this member and renegotiates the send connection without it.
@@ -553,30 +503,8 @@ export class LocalSFURoomMember extends RoomMember {
     return { subscription, stream };
   }
 
-  /**
-   * The rest of a data subscribe: the server's offer answered, then the channel it opens.
-   * @param {{subscription: SubscriptionJSON, offer: {type: 'offer', sdp: string}}} r
-   */
-  async _subscribeData(r) {
-    const applied = this._onServerOffer(r.offer, 'subscribe');
-    const subscription = this.room._upsertSubscription(r.subscription);
-    const stream = new RemoteDataStream(subscription);
-    this._streams.set(subscription.id, stream);
-    subscription._localStream = stream;
-    const label = subscription.id;
-    const channel = this._dataChannels.get(label) || await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this._dataWaiters.delete(label);
-        reject(new MinatoError('timeout', 'the server did not open the data channel within 15 s', { method: 'subscribe' }));
-      }, 15000);
-      this._dataWaiters.set(label, (ch) => { clearTimeout(timer); resolve(ch); });
-      applied.catch((e) => { clearTimeout(timer); this._dataWaiters.delete(label); reject(e); });
-    });
-    this._dataChannels.delete(label);
-    stream._attach(channel);
-    await applied;
-    return { subscription, stream };
-  }
+  /** The rest of a data subscribe (data.js `subscribeData`). */
+  _subscribeData(r) { return subscribeData(this, r); }
 
   /** A `dataChannelError` notification for this member. @param {object} params */
   _onDataChannelError(params) {
