@@ -191,6 +191,38 @@ final class DataLink {
         #expect(link.messages(subT).count == 60)
     }
 
+    @Test func channelsPastTheLimitAreResetAndReported() throws {
+        var limits = DataLimits()
+        limits.maxChannelsPerTransport = 2
+        let link = DataLink(limits: limits)
+        defer { link.close() }
+        try link.connect(pubT, role: .server)
+        link.open(pubT, stream: 0, label: "a")
+        link.open(pubT, stream: 2, label: "b")
+        link.open(pubT, stream: 4, label: "c")
+        #expect(link.router.endpoints[pubT]?.channels.count == 2)
+        #expect(link.router.endpoints[pubT]?.closing.contains(4) == true)
+        guard case .error(_, let label, let reason, _)? = link.router.notices.first else { Issue.record("no notice"); return }
+        #expect(label == "c" && reason == "tooManyChannels")
+    }
+
+    @Test func disabledPublicationDropsAndEnabledForwards() throws {
+        let link = DataLink()
+        defer { link.close() }
+        try room(link)
+        link.router.publications["P"]?.enabled = false
+        link.send(pubT, stream: 0, [1])
+        link.router.publications["P"]?.enabled = true
+        link.send(pubT, stream: 0, [2])
+        #expect(link.messages(subT) == [[2]])
+        #expect(link.router.drops[DataDropReason.publicationDisabled.rawValue] == 1)
+        // A message on a channel no publication names is dropped too.
+        link.open(pubT, stream: 2, label: "nobody")
+        link.send(pubT, stream: 2, [3])
+        #expect(link.router.drops[DataDropReason.unboundChannel.rawValue] == 1)
+        #expect(link.messages(subT) == [[2]])
+    }
+
     @Test func dcepParserRefusesMalformedInput() {
         func parse(_ b: [UInt8]) -> Result<Dcep.Message, Dcep.ParseError> { b.withUnsafeBytes { Dcep.parse($0) } }
         #expect(parse([]) == .failure(.empty))
