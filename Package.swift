@@ -42,6 +42,8 @@ let package = Package(
         // Makefile puts its .pc on PKG_CONFIG_PATH), never Debian's NSS build.
         .systemLibrary(name: "CSRTP", pkgConfig: "libsrtp2-openssl"),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
+        // SCTP in user space for WebRTC data channels (run on the media workers' threads).
+        .systemLibrary(name: "CUsrsctp", pkgConfig: "usrsctp", providers: [.apt(["libusrsctp-dev"])]),
         // Macros and variadic C calls Swift cannot import.
         .target(name: "CMinatoShims", dependencies: ["CNice", "COpenSSL", "CSRTP"]),
 
@@ -49,10 +51,10 @@ let package = Package(
         .target(name: "MinatoWire", swiftSettings: strict),
         // Media engine: Router / Producer / Consumer. Sans-IO.
         .target(name: "MinatoMedia", dependencies: ["MinatoWire"], swiftSettings: strict),
-        // Transport: libnice ICE, OpenSSL DTLS, libsrtp2 SRTP, media worker threads.
+        // Transport: libnice ICE, OpenSSL DTLS, libsrtp2 SRTP, usrsctp data channels, media worker threads.
         .target(
             name: "MinatoTransport",
-            dependencies: ["MinatoWire", "MinatoMedia", "CNice", "COpenSSL", "CSRTP", "CMinatoShims",
+            dependencies: ["MinatoWire", "MinatoMedia", "CNice", "COpenSSL", "CSRTP", "CMinatoShims", "CUsrsctp",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         // Rooms: the SkyWay room model over the engine.

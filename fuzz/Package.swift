@@ -16,6 +16,7 @@ let package = Package(
         .executableTarget(name: "FuzzDemux", dependencies: [.product(name: "MinatoWire", package: "minato")], swiftSettings: fuzz),
         .executableTarget(name: "FuzzRouter", dependencies: [.product(name: "MinatoMedia", package: "minato"),
                                                              .product(name: "MinatoWire", package: "minato")], swiftSettings: fuzz),
+        .executableTarget(name: "FuzzDataChannel", dependencies: [.product(name: "MinatoTransport", package: "minato")], swiftSettings: fuzz),
         .executableTarget(name: "FuzzJsonRpc", dependencies: [.product(name: "MinatoRooms", package: "minato"),
                                                               .product(name: "MinatoSignaling", package: "minato")], swiftSettings: fuzz),
     ],

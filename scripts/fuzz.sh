@@ -11,7 +11,7 @@ source "$ROOT/scripts/libsrtp-env.sh"   # libsrtp2 on OpenSSL (scripts/build-lib
 SECONDS_EACH="${1:-600}"; shift || true
 [ "$SECONDS_EACH" -ge 1 ] 2>/dev/null || { echo "fuzz: SECONDS must be a positive number" >&2; exit 2; }
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(FuzzRtp FuzzRtcp FuzzSdp FuzzDemux FuzzRouter FuzzJsonRpc)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(FuzzRtp FuzzRtcp FuzzSdp FuzzDemux FuzzRouter FuzzJsonRpc FuzzDataChannel)
 cd "$ROOT/fuzz"
 bash "$ROOT/scripts/install-deps.sh"
 mkdir -p "$ROOT/artifacts/fuzz"

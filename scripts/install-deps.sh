@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and run Minato (idempotent):
-# pkg-config and the -dev packages of libnice, OpenSSL and hiredis (the cluster store's Redis
+# pkg-config and the -dev packages of libnice, OpenSSL, usrsctp (WebRTC data channels) and hiredis (the cluster store's Redis
 # client, MinatoCluster), then libsrtp2 built from Debian's source package on OpenSSL
 # (scripts/build-libsrtp.sh; cached after the first run). Needs root (or sudo). A Redis server is not needed to build; the
 # tests that run one get Debian's redis-server from scripts/interop-setup.sh.
 # The Swift toolchain itself is expected on PATH (swift 6.1 or newer).
 set -euo pipefail
 need=()
-for pkg in pkg-config libnice-dev libssl-dev libhiredis-dev; do
+for pkg in pkg-config libnice-dev libssl-dev libhiredis-dev libusrsctp-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -41,9 +41,12 @@ public struct RtpCodec: Sendable, Equatable {
     }
 }
 
-/// "audio" or "video", as in SkyWay's `contentType`.
+/// "audio", "video" or "data", as in SkyWay's `contentType`.
 public enum ContentType: String, Sendable, Codable {
     case audio, video
+    /// A data publication (docs/protocol.md "Data"): listed in rooms and events; this SDK does
+    /// not publish or receive data streams yet.
+    case data
 }
 
 /// One sending m-line of a client's offer.

@@ -1,5 +1,5 @@
 internal import MinatoMedia
-internal import MinatoTransport
+public import MinatoTransport
 
 /// Limits and defaults of the room model (config `rooms.*`).
 public struct RoomConfiguration: Sendable {
@@ -48,6 +48,8 @@ public struct RoomConfiguration: Sendable {
     /// The ICE servers handed to clients: TURN with per-member credentials (`media.turn.*`) and
     /// `media.clientIceServers` (IceServers.swift).
     public var iceServers = IceServerConfiguration()
+    /// Data channels (`rooms.data.*`): message size, per-transport buffer, per-member rate.
+    public var data = DataLimits()
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.
@@ -220,10 +222,14 @@ final class RoomPublication {
     let contentType: String
     var metadata: String
     var enabled: Bool
-    let stream: PublishedStream
+    /// The media stream (nil for data).
+    let stream: PublishedStream?
     let maxSubscribers: Int
     let encodings: [JSONValue]
     var producer: ProducerId?
+    /// A data publication (`contentType` "data"): its channel's label on the publisher's send
+    /// connection and the reliability its subscribers' channels get. Nil for media.
+    let data: DataPublication?
     /// Simulcast: the layers' RIDs (encoding ids), lowest first; empty without simulcast.
     var layers: [String] = []
 
@@ -239,16 +245,20 @@ final class RoomPublication {
     }
 
     init(id: String, publisherId: String, contentType: String, metadata: String, enabled: Bool,
-         stream: PublishedStream, maxSubscribers: Int, encodings: [JSONValue]) {
+         stream: PublishedStream?, maxSubscribers: Int, encodings: [JSONValue], data: DataPublication? = nil) {
         self.id = id; self.publisherId = publisherId; self.contentType = contentType; self.metadata = metadata
         self.enabled = enabled; self.stream = stream; self.maxSubscribers = maxSubscribers; self.encodings = encodings
+        self.data = data
     }
 
     var json: JSONValue {
-        ["id": .string(id), "publisherId": .string(publisherId), "contentType": .string(contentType),
-         "metadata": .string(metadata), "state": .string(enabled ? "enabled" : "disabled"),
-         "codecCapabilities": [["mimeType": .string(stream.codec.mimeType)]],
-         "encodings": .array(encodings), "maxSubscribers": .int(maxSubscribers)]
+        var o: [String: JSONValue] = [
+            "id": .string(id), "publisherId": .string(publisherId), "contentType": .string(contentType),
+            "metadata": .string(metadata), "state": .string(enabled ? "enabled" : "disabled"),
+            "codecCapabilities": .array(stream.map { [["mimeType": .string($0.codec.mimeType)]] } ?? []),
+            "encodings": .array(encodings), "maxSubscribers": .int(maxSubscribers)]
+        if let data { o["dataChannel"] = data.json }
+        return .object(o)
     }
 }
 
@@ -264,6 +274,8 @@ final class RoomSubscription {
     var consumer: ConsumerId?
     /// Audio forwarded whatever `rooms.audio.forwardLoudest` chooses (`subscribe {pinned: true}`).
     var pinned = false
+    /// A data subscription whose channel the worker was told to open (after the answer).
+    var dataStarted = false
 
     init(id: String, publicationId: String, subscriberId: String, contentType: String, mid: String, ssrc: UInt32,
          preferredEncodingId: String?) {

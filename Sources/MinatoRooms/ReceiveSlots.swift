@@ -18,6 +18,18 @@ struct ReceiveSlots {
     private var nextMid = 0
     /// The newest offer version the subscriber answered.
     private(set) var answeredVersion = 0
+    /// The data-channel m-line (one per connection, made by the first data subscription and
+    /// kept): its mid and its place among the slots.
+    private(set) var data: (mid: String, position: Int)?
+
+    /// The data-channel m-line's mid, made now if there is none yet.
+    mutating func takeDataSection() -> String {
+        if let data { return data.mid }
+        let mid = String(nextMid)
+        nextMid += 1
+        data = (mid, slots.count)
+        return mid
+    }
 
     /// The slot for a new subscription to `stream` (an ended one taken, or a new one added),
     /// which carries it from now on.

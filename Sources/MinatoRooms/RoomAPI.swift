@@ -71,10 +71,23 @@ public struct Encoding: Sendable, Equatable {
 public struct PublishRequest: Sendable {
     public var memberId: String, contentType: String, mid: String, offer: String
     public var metadata: String?, isEnabled: Bool, maxSubscribers: Int?, encodings: [Encoding]
+    /// `contentType` "data": the publisher's data channel (`dataChannel` in docs/protocol.md).
+    public var dataChannel: DataChannelOptions?
     public init(memberId: String, contentType: String, mid: String, offer: String, metadata: String? = nil,
-                isEnabled: Bool = true, maxSubscribers: Int? = nil, encodings: [Encoding] = []) {
+                isEnabled: Bool = true, maxSubscribers: Int? = nil, encodings: [Encoding] = [],
+                dataChannel: DataChannelOptions? = nil) {
         self.memberId = memberId; self.contentType = contentType; self.mid = mid; self.offer = offer
         self.metadata = metadata; self.isEnabled = isEnabled; self.maxSubscribers = maxSubscribers; self.encodings = encodings
+        self.dataChannel = dataChannel
+    }
+}
+
+/// A data publication's channel: the label of the publisher's RTCDataChannel that carries it,
+/// and the reliability subscribers' channels get (ordered by default; `maxRetransmits` 0 = lossy).
+public struct DataChannelOptions: Sendable {
+    public var label: String, ordered: Bool?, maxRetransmits: Int?
+    public init(label: String, ordered: Bool? = nil, maxRetransmits: Int? = nil) {
+        self.label = label; self.ordered = ordered; self.maxRetransmits = maxRetransmits
     }
 }
 

@@ -91,14 +91,14 @@ extension RoomService {
         var wanted: [(MediaDescription, RoomPublication?)] = []
         for m in sd.media where (m.kind == "audio" || m.kind == "video") && m.port != 0 && m.mid != nil
             && (m.direction == .recvonly || m.direction == .sendrecv) && !wanted.contains(where: { $0.0.kind == m.kind }) {
-            wanted.append((m, room.publications.first { $0.publisherId == publisher.id && $0.contentType == m.kind }))
+            wanted.append((m, room.publications.first { $0.publisherId == publisher.id && $0.contentType == m.kind && $0.stream != nil }))
         }
         guard !wanted.isEmpty else {
             throw RoomError.invalidParameter("The offer has no audio or video m-section that receives (recvonly).")
         }
         for (m, pub) in wanted {
-            if let pub, SfuSdp.receiverCodec(in: m, for: pub.stream.codec.codec) == nil {
-                throw RoomError.codecNotSupported(pub.stream.codec.mimeType, publicationId: pub.id)
+            if let pub, let stream = pub.stream, SfuSdp.receiverCodec(in: m, for: stream.codec.codec) == nil {
+                throw RoomError.codecNotSupported(stream.codec.mimeType, publicationId: pub.id)
             }
             if let pub, room.subscriptions.filter({ $0.publicationId == pub.id }).count >= pub.maxSubscribers {
                 throw RoomError.maxSubscribersExceeded(pub.maxSubscribers)
@@ -116,7 +116,7 @@ extension RoomService {
             var lines: [EgressLine] = []
             for (m, pub) in wanted {
                 guard let mid = m.mid,
-                      let codec = pub.flatMap({ SfuSdp.receiverCodec(in: m, for: $0.stream.codec.codec) }) ?? m.forwardableCodecs.first
+                      let codec = pub.flatMap({ p in p.stream.flatMap { SfuSdp.receiverCodec(in: m, for: $0.codec.codec) } }) ?? m.forwardableCodecs.first
                 else { continue }
                 let ssrc = UInt32.random(in: 1...UInt32.max)
                 let rtxPt = m.kind == "video" ? m.rtxPayloadType(associatedWith: codec.payloadType) : nil
@@ -375,9 +375,9 @@ extension RoomService {
     /// Starts forwarding `pub` into the egress member's m-section of its kind (a subscription
     /// with its consumer), when that m-section is free and was answered with the codec.
     func startEgress(of pub: RoomPublication, to member: LocalSFURoomMember, in room: Room) async throws {
-        guard let session = member.mediaSession,
+        guard let session = member.mediaSession, let stream = pub.stream,
               let i = session.egress.firstIndex(where: { $0.kind == pub.contentType && $0.subscriptionId == nil }),
-              session.egress[i].codec.codec == pub.stream.codec.codec.codec,
+              session.egress[i].codec.codec == stream.codec.codec.codec,
               let producer = pub.producer, let tid = member.recv.description?.id else { return }
         // The publication may have ended while the caller awaited the worker.
         guard room.publications.contains(where: { $0 === pub }) else { return }
@@ -392,7 +392,7 @@ extension RoomService {
         emit(room, "publicationSubscribed", ["subscription": sub.json])
         // Header extensions: the publisher's ids to the player's ids for the same URI.
         var ids = ExtensionIdMap()
-        for (publisherId, receiverId) in pub.stream.extensionIds {
+        for (publisherId, receiverId) in stream.extensionIds {
             guard let uri = RtpHeaderExtension.allCases.first(where: { $0.receiverId == receiverId })?.uri,
                   let theirs = line.extensions.first(where: { $0.uri == uri })?.id else { continue }
             ids[publisherId] = theirs

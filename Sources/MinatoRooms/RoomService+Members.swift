@@ -189,6 +189,10 @@ extension RoomService {
             let (seconds, attoseconds) = after.components
             Timer(label: "minato_transport_connect_seconds")
                 .recordNanoseconds(seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000)
+        case .dataSubscriptionOverflow(let sid):
+            dataSubscriptionOverflowed(sid)
+        case .dataChannelError(let id, let label, let reason, let detail):
+            dataChannelError(id, label: label, reason: reason, detail: detail)
         case .iceRestarted(let id):
             logger.debug("ICE restart completed", metadata: ["transport": "\(id)"])
             Counter(label: "minato_ice_restarts_total").increment()

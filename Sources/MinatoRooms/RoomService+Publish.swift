@@ -17,8 +17,9 @@ extension RoomService {
     func publish(_ r: PublishRequest, parsed: ParsedSendOffer?, from channel: ClientChannel) async throws -> PublishResult {
         let (room, member) = try joinedMember(r.memberId, channel: channel)
         let contentType = r.contentType, mid = r.mid
+        if contentType == "data" { return try await publishData(r, from: channel) }
         guard contentType == "audio" || contentType == "video" else {
-            throw RoomError.invalidParameter("contentType must be \"audio\" or \"video\".")
+            throw RoomError.invalidParameter("contentType must be \"audio\", \"video\" or \"data\".")
         }
         let metadata = try Validate.metadata(r.metadata, key: "metadata") ?? ""
         var cap = configuration.maxSubscribersCap
@@ -42,7 +43,7 @@ extension RoomService {
         /// The member's publications may change while this request waits (for its transport and
         /// its producer): checked here, and again where the publication is committed.
         func check() throws(RoomError) {
-            if room.publications.contains(where: { $0.publisherId == member.id && $0.stream.mid == mid }) {
+            if room.publications.contains(where: { $0.publisherId == member.id && $0.stream?.mid == mid }) {
                 throw .invalidParameter("m-line '\(mid)' is published already; unpublish it first.")
             }
             guard room.publications.filter({ $0.publisherId == member.id }).count < configuration.maxPublicationsPerMember else {
@@ -128,7 +129,7 @@ extension RoomService {
     /// Answers the client's offer on the send connection: its transport (made on first use),
     /// the client's parameters (`remote`, read from `sd` when not given) applied once, and the
     /// next answer version (none made, "" returned, unless `answers`).
-    private func answerSendOffer(_ sd: SessionDescription, remote given: RemoteTransportParameters? = nil, answers: Bool = true,
+    func answerSendOffer(_ sd: SessionDescription, remote given: RemoteTransportParameters? = nil, answers: Bool = true,
                                  of member: LocalSFURoomMember, in room: Room) async throws -> (TransportDescription, String) {
         let remote = try given ?? SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         var local = try await transport(.send, of: member, in: room)
@@ -141,7 +142,13 @@ extension RoomService {
         try stillJoined(member, room)
         guard answers else { return (local, "") }
         member.sendVersion += 1
-        let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId)
+        let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId,
+                                                             maxMessageSize: member.mediaSession == nil ? configuration.data.maxMessageBytes : nil)
+        // A data-channel section taken in the answer: the transport's SCTP association.
+        if member.mediaSession == nil, let m = sd.media.first(where: SdpData.isDataChannelSection) {
+            let port = SdpData.sctpPort(m), tid = local.id
+            try await onWorker(room) { core in try core.enableData(on: tid, remotePort: port) }
+        }
         return (local, answer)
     }
 
@@ -166,6 +173,7 @@ extension RoomService {
         guard pub.enabled != enable else { return }
         pub.enabled = enable
         if let p = pub.producer { workers[room.worker].post { $0.setPaused(p, !enable) } }
+        if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.setDataPublicationEnabled(pid, enable) } }
         emit(room, enable ? "publicationEnabled" : "publicationDisabled", ["publication": pub.json])
     }
 
@@ -173,6 +181,7 @@ extension RoomService {
     func unpublish(_ pub: RoomPublication, in room: Room) {
         for sub in room.subscriptions where sub.publicationId == pub.id { endSubscription(sub, in: room, offerToSubscriber: true) }
         if let producer = pub.producer { workers[room.worker].post { $0.removeProducer(producer) } }
+        if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.removeDataPublication(pid) } }
         room.publications.removeAll { $0 === pub }
         emit(room, "streamUnpublished", ["publication": pub.json])
     }

@@ -15,8 +15,8 @@ extension RoomService {
         func check() throws -> RoomPublication {
             guard let pub = room.publication(pid) else { throw RoomError.publicationNotFound(pid) }
             if pub.publisherId == member.id { throw RoomError.cannotSubscribeOwnPublication() }
-            let mimeType = pub.stream.codec.mimeType
-            if let decodable, !decodable.contains(where: { $0.lowercased() == mimeType.lowercased() }) {
+            if let mimeType = pub.stream?.codec.mimeType, let decodable,
+               !decodable.contains(where: { $0.lowercased() == mimeType.lowercased() }) {
                 throw RoomError.codecNotSupported(mimeType, publicationId: pid)
             }
             if room.subscriptions.contains(where: { $0.publicationId == pid && $0.subscriberId == member.id }) {
@@ -35,14 +35,20 @@ extension RoomService {
         do {
             try stillJoined(member, room)
             let pub = try check()
-            // An ended m-line of this kind is taken again when there is one (`ReceiveSlots`).
+            // An ended m-line of this kind is taken again when there is one (`ReceiveSlots`); data
+            // subscriptions share the connection's one data-channel m-line.
             let id = newId()
-            let slot = member.recvSlots.take(pub.stream, subscriptionId: id, streamId: pub.publisherId, trackId: pub.id,
-                                             cname: "minato-\(pub.publisherId.prefix(8))",
-                                             maxSubscriptions: configuration.maxSubscriptionsPerMember)
-            let mid = slot.mid
+            let mid: String, ssrc: UInt32
+            if let stream = pub.stream {
+                let slot = member.recvSlots.take(stream, subscriptionId: id, streamId: pub.publisherId, trackId: pub.id,
+                                                 cname: "minato-\(pub.publisherId.prefix(8))",
+                                                 maxSubscriptions: configuration.maxSubscriptionsPerMember)
+                (mid, ssrc) = (slot.mid, slot.ssrc)
+            } else {
+                (mid, ssrc) = (member.recvSlots.takeDataSection(), 0)
+            }
             let sub = RoomSubscription(id: id, publicationId: pub.id, subscriberId: member.id, contentType: pub.contentType,
-                                       mid: mid, ssrc: slot.ssrc, preferredEncodingId: r.preferredEncodingId)
+                                       mid: mid, ssrc: ssrc, preferredEncodingId: r.preferredEncodingId)
             sub.pinned = r.pinned
             room.subscriptions.append(sub)
             let offer = makeReceiveOffer(member, local: local, by: token)
@@ -130,7 +136,7 @@ extension RoomService {
         }
         let remote = try SdpNegotiation.remoteTransport(of: sd, maxCandidates: configuration.maxRemoteCandidates)
         // The offer that was answered carried exactly these subscriptions (later ones wait for their own answer).
-        let accepted = room.subscriptions.filter { $0.subscriberId == member.id && $0.consumer == nil }
+        let accepted = room.subscriptions.filter { $0.subscriberId == member.id && $0.consumer == nil && !$0.dataStarted }
         // The m-lines this answer saw ended may carry new subscriptions from now on.
         member.recvSlots.answered(version: member.recvVersion)
         perform(try member.receive.answered(connected: member.channel != nil), for: member)
@@ -138,8 +144,9 @@ extension RoomService {
         try stillJoined(member, room)
         let tid = local.id
         let sections = sd.mediaIndicesByMid
-        for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil {
-            guard let pub = room.publication(sub.publicationId), let producer = pub.producer else { continue }
+        try await startDataSubscriptions(accepted.filter { $0.contentType == "data" }, answer: sd, of: member, in: room, transport: tid)
+        for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil && sub.contentType != "data" {
+            guard let pub = room.publication(sub.publicationId), let stream = pub.stream, let producer = pub.producer else { continue }
             let slot = member.recvSlots.slot(carrying: sub.id)
             let section = slot.flatMap { sections[$0.mid] }.map { sd.media[$0] }
             guard let slot, SfuSdp.acceptance(of: slot.stream, section: section).codec else {
@@ -149,9 +156,9 @@ extension RoomService {
                 continue
             }
             var ids = ExtensionIdMap()
-            for (publisherId, subscriberId) in pub.stream.extensionIds { ids[publisherId] = subscriberId }
+            for (publisherId, subscriberId) in stream.extensionIds { ids[publisherId] = subscriberId }
             let map = ids
-            let ssrc = sub.ssrc, pt = pub.stream.codec.payloadType
+            let ssrc = sub.ssrc, pt = stream.codec.payloadType
             let formats = slot.acceptedFormats(in: section)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
             let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
@@ -171,6 +178,10 @@ extension RoomService {
 
     func endSubscription(_ sub: RoomSubscription, in room: Room, offerToSubscriber: Bool, reason: String? = nil) {
         if let c = sub.consumer { workers[room.worker].post { $0.removeConsumer(c) } }
+        if sub.contentType == "data" {
+            let sid = sub.id
+            workers[room.worker].post { $0.removeDataSubscription(sid) }
+        }
         room.subscriptions.removeAll { $0 === sub }
         emit(room, "publicationUnsubscribed", ["subscription": sub.json], reason: reason)
         guard let member = room.member(sub.subscriberId) else { return }
@@ -205,8 +216,9 @@ extension RoomService {
     func makeReceiveOffer(_ member: LocalSFURoomMember, local: TransportDescription, by holder: WaiterToken?) -> SessionDescriptionText {
         member.recvVersion += 1
         member.recvSlots.offered(version: member.recvVersion)
+        let data = member.recvSlots.data.map { ($0.mid, $0.position, configuration.data.maxMessageBytes) }
         let sdp = SdpNegotiation.receiveOffer(slots: member.recvSlots.slots, local: local, version: member.recvVersion,
-                                              sessionId: member.sessionId)
+                                              sessionId: member.sessionId, data: data)
         let deadline = clock.now + Self.offerAnswerWait
         member.receive.offerSent(by: holder, deadline: deadline)
         let memberId = member.id

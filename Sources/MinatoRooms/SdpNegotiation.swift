@@ -185,19 +185,21 @@ enum SdpNegotiation {
     /// The server's offer for a member's receive connection (`SfuSdp.receiveOffer`): a session
     /// header BUNDLEing every slot's mid (ice-lite when the local agent is lite), then each
     /// slot's m-section in order, with the local candidates and end-of-candidates in the first.
-    static func receiveOffer(slots: [ReceiveSlot], local: TransportDescription, version: Int, sessionId: UInt64) -> String {
+    /// `data`: the data-channel section's mid and place, with `a=max-message-size`.
+    static func receiveOffer(slots: [ReceiveSlot], local: TransportDescription, version: Int, sessionId: UInt64,
+                             data: (mid: String, position: Int, maxMessageSize: Int)? = nil) -> String {
         SfuSdp.receiveOffer(streams: slots.map(\.stream), local: localTransport(local), sessionId: sessionId,
-                            version: version).serialize()
+                            version: version, data: data).serialize()
     }
 
     /// Answers a client's send-connection offer (`SfuSdp.answer(toSenderOffer:)`): every
     /// audio/video m-line the client sends is accepted recvonly with its first forwardable
     /// codec; anything else is rejected (port 0).
     static func answerPublisherOffer(_ offer: SessionDescription, local: TransportDescription,
-                                     version: Int, sessionId: UInt64) throws(RoomError) -> String {
+                                     version: Int, sessionId: UInt64, maxMessageSize: Int? = nil) throws(RoomError) -> String {
         do {
             return try SfuSdp.answer(toSenderOffer: offer, local: localTransport(local), sessionId: sessionId,
-                                     version: version).serialize()
+                                     version: version, maxMessageSize: maxMessageSize).serialize()
         } catch {
             throw .invalidSdp(error.description)
         }

@@ -49,7 +49,7 @@ public final class MinatoServer: Sendable {
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,
                         consentTimeout: .seconds(configuration.consentTimeoutSec), connectTimeout: .seconds(configuration.connectTimeoutSec), tuning: configuration.engineTuning,
-                        logger: logger)
+                        dataLimits: configuration.rooms.data, logger: logger)
         }
         var authority: TokenAuthority?
         var verifier: TokenVerifier?

@@ -13,7 +13,12 @@ struct WorkerTotals {
     var lookups: [String: UInt64] = [:]
     var keyFrameCauses: [String: UInt64] = [:]
     var transportFeedback: UInt64 = 0, probes: UInt64 = 0, padding: UInt64 = 0
+    var dataReceived: UInt64 = 0, dataForwarded: UInt64 = 0, dataBytesForwarded: UInt64 = 0
+    var dataDrops: [String: UInt64] = [:]
     mutating func add(_ c: WorkerCounters) {
+        dataReceived &+= c.data.messagesReceived; dataForwarded &+= c.data.messagesForwarded
+        dataBytesForwarded &+= c.data.bytesForwarded
+        for (k, v) in c.data.drops { dataDrops[k, default: 0] &+= v }
         transportFeedback &+= c.transportFeedbackSent; probes &+= c.probesStarted; padding &+= c.paddingPacketsSent
         received &+= c.rtpPacketsReceived; bytesReceived &+= c.rtpBytesReceived
         forwarded &+= c.rtpPacketsForwarded; bytesForwarded &+= c.rtpBytesForwarded
@@ -102,6 +107,17 @@ final class PacketMetrics: Sendable {
                 let c = registry.makeCounter(name: "minato_keyframe_requests_by_cause_total", labels: [("cause", cause)],
                                              help: "PLI/FIR sent to publishers, by cause: subscriber, consumer_start, nack_gave_up, retry, control, layer_switch, ice_restart.")
                 grow(c, n, last.keyFrameCauses[cause] ?? 0)
+            }
+            grow(registry.makeCounter(name: "minato_data_messages_received_total", help: "Data channel messages received from publishers."),
+                 now.dataReceived, last.dataReceived)
+            grow(registry.makeCounter(name: "minato_data_messages_forwarded_total", help: "Data channel messages sent to subscribers."),
+                 now.dataForwarded, last.dataForwarded)
+            grow(registry.makeCounter(name: "minato_data_bytes_forwarded_total", help: "Data channel message bytes sent to subscribers."),
+                 now.dataBytesForwarded, last.dataBytesForwarded)
+            for (reason, n) in now.dataDrops {
+                let c = registry.makeCounter(name: "minato_data_messages_dropped_total", labels: [("reason", reason)],
+                                             help: "Data channel messages not forwarded, by reason (rate_limited, message_too_large, buffer_full: a lossy message a subscriber had no room for, buffer_overflow: a reliable one, which closed the subscription, ...).")
+                grow(c, n, last.dataDrops[reason] ?? 0)
             }
             for (reason, n) in now.drops {
                 // Made (at 0) on the first scrape, so every reason is listed.

@@ -210,6 +210,9 @@ public struct ServerConfiguration: Sendable {
               rooms.defaultKeepaliveIntervalGapSec <= rooms.maxKeepaliveIntervalGapSec else {
             throw ConfigurationError(message: "rooms.keepaliveIntervalSec/GapSec must not exceed rooms.maxKeepaliveIntervalSec/GapSec")
         }
+        guard rooms.data.maxBufferedBytes >= rooms.data.maxMessageBytes else {
+            throw ConfigurationError(message: "rooms.data.maxBufferedBytes must be at least rooms.data.maxMessageBytes (one message must fit)")
+        }
         guard rooms.defaultMaxSubscribers <= rooms.maxSubscribersCap else {
             throw ConfigurationError(message: "rooms.defaultMaxSubscribers must not exceed rooms.maxSubscribersCap")
         }
@@ -370,6 +373,10 @@ struct ConfigKey: Sendable {
         .int("whip.maxSessions", 0...1_000_000, { $0.rooms.maxMediaSessions }) { $0.rooms.maxMediaSessions = $1 },
         .int("whip.maxNewSessionsPerSecPerAddress", 1...100_000, { $0.rooms.maxNewMediaSessionsPerSecPerAddress }) { $0.rooms.maxNewMediaSessionsPerSecPerAddress = $1 },
         .int("rooms.maxEncodings", 1...16, { $0.rooms.maxEncodings }) { $0.rooms.maxEncodings = $1 },
+        .int("rooms.data.maxMessageBytes", 1024...(1 << 20), { $0.rooms.data.maxMessageBytes }) { $0.rooms.data.maxMessageBytes = $1 },
+        .int("rooms.data.maxBufferedBytes", 65536...(1 << 28), { $0.rooms.data.maxBufferedBytes }) { $0.rooms.data.maxBufferedBytes = $1 },
+        .int("rooms.data.maxMessagesPerSec", 1...1_000_000, { $0.rooms.data.maxMessagesPerSec }) { $0.rooms.data.maxMessagesPerSec = $1 },
+        .int("rooms.data.maxChannelsPerTransport", 2...1024, { $0.rooms.data.maxChannelsPerTransport }) { $0.rooms.data.maxChannelsPerTransport = $1 },
         .int("rooms.maxKeepaliveIntervalSec", 1...86_400, { $0.rooms.maxKeepaliveIntervalSec }) { $0.rooms.maxKeepaliveIntervalSec = $1 },
         .int("rooms.maxKeepaliveIntervalGapSec", 0...86_400, { $0.rooms.maxKeepaliveIntervalGapSec }) { $0.rooms.maxKeepaliveIntervalGapSec = $1 },
         ConfigKey(path: "auth.secret", value: { $0.authSecret.isEmpty ? "(not set: auth off)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in

@@ -31,6 +31,17 @@ struct Params {
         guard case .array(let a) = v else { throw .invalidParams("\"\(key)\" must be an array.") }
         return a
     }
+    /// `dataChannel`: `{label, ordered?, maxRetransmits?}` of the right types, or nil when absent.
+    func dataChannel(_ key: String) throws(RoomError) -> DataChannelOptions? {
+        guard let v = raw[key], v != .null else { return nil }
+        guard case .object(let o) = v else { throw .invalidParams("\"\(key)\" must be an object.") }
+        let inner = Params(o)
+        for k in o.keys where !["label", "ordered", "maxRetransmits"].contains(k) {
+            throw .invalidParams("\"\(key)\" has an unknown key \"\(k.prefix(64))\" (label, ordered, maxRetransmits).")
+        }
+        return DataChannelOptions(label: try inner.string("label"), ordered: try inner.optionalBool("ordered"),
+                                  maxRetransmits: try inner.optionalInt("maxRetransmits"))
+    }
     /// `encodings`: SkyWay's `[{id, maxBitrate?, scaleResolutionDownBy?, maxFramerate?}]`, of
     /// the right types and no other keys (ranges and the count limit are the core's checks).
     func encodings(_ key: String) throws(RoomError) -> [Encoding] {

@@ -97,7 +97,8 @@ extension SignalingMethod {
                 PublishRequest(memberId: try p.string("memberId"), contentType: try p.string("contentType"),
                                mid: try p.string("mid"), offer: try p.sessionDescription("offer", type: "offer"),
                                metadata: try p.optionalString("metadata"), isEnabled: try p.optionalBool("isEnabled") ?? true,
-                               maxSubscribers: try p.optionalInt("maxSubscribers"), encodings: try p.encodings("encodings")), from: c)
+                               maxSubscribers: try p.optionalInt("maxSubscribers"), encodings: try p.encodings("encodings"),
+                               dataChannel: try p.dataChannel("dataChannel")), from: c)
             return ["publication": r.publication, "answer": r.answer.json]
         },
         SignalingMethod("negotiate", .member("publish"), target: member) { p, core, c in

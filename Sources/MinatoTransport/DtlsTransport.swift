@@ -4,7 +4,7 @@ internal import CMinatoShims
 /// DTLS 1.2 (OpenSSL) over memory: received datagrams are written into a memory read BIO,
 /// and every flight OpenSSL writes is queued as one datagram for the owner to take with
 /// `pollDatagram` and send however it sends (ICE, or memory in tests). Sans-IO; owns its
-/// `SSL*`. Handshake and alerts only, never media. The retransmission timer is OpenSSL's
+/// `SSL*`. Handshake, alerts and application records (SCTP for data channels), never media. The retransmission timer is OpenSSL's
 /// (on the real clock): `timeoutMilliseconds` says when it is due, `handleTimeout` runs it.
 final class DtlsTransport {
     enum Role: Sendable { case client, server }
@@ -80,17 +80,47 @@ final class DtlsTransport {
         case .connecting, .connected: break
         }
         BIO_write(readBio, base, Int32(clamping: datagram.count))
-        if state == .connected {
-            // Post-handshake traffic (alerts, retransmitted finished): drain it.
-            var sink = [UInt8](repeating: 0, count: 2048)
-            let n = SSL_read(ssl, &sink, Int32(sink.count))
-            if n <= 0 {
-                let err = SSL_get_error(ssl, n)
-                if err == SSL_ERROR_ZERO_RETURN { state = .closed; return .failed(.peerClosed) }
+        if state == .connected { return readApplicationData() }
+        return advance()
+    }
+
+    /// Where DTLS application records go once connected (SCTP, RFC 8261): each record's bytes,
+    /// borrowed for the call. Nil: they are read and dropped (`applicationRecordsDropped`).
+    var applicationData: ((UnsafeRawBufferPointer) -> Void)?
+    private(set) var applicationRecordsDropped: UInt64 = 0
+    private(set) var applicationRecordsRead: UInt64 = 0
+    /// One record's worth of plaintext (DTLS records are at most 2^14 bytes plus expansion).
+    private var readBuffer: [UInt8] = []
+
+    /// Reads every application record waiting after a datagram (alerts and retransmitted
+    /// handshake messages are consumed by OpenSSL on the way).
+    private func readApplicationData() -> Outcome {
+        if readBuffer.isEmpty { readBuffer = [UInt8](repeating: 0, count: 18 * 1024) }
+        while true {
+            let n = readBuffer.withUnsafeMutableBytes { SSL_read(ssl, $0.baseAddress, Int32($0.count)) }
+            if n > 0 {
+                applicationRecordsRead &+= 1
+                if let sink = applicationData {
+                    readBuffer.withUnsafeBytes { sink(UnsafeRawBufferPointer(rebasing: $0[0..<Int(n)])) }
+                } else {
+                    applicationRecordsDropped &+= 1
+                }
+                continue
             }
+            let err = SSL_get_error(ssl, n)
+            if err == SSL_ERROR_ZERO_RETURN { state = .closed; return .failed(.peerClosed) }
+            ERR_clear_error()
             return .none
         }
-        return advance()
+    }
+
+    /// Sends `bytes` as one DTLS application record (an SCTP packet); false when not connected
+    /// or OpenSSL refused it. The datagram waits in `pollDatagram`.
+    func writeApplicationData(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard state == .connected, let base = bytes.baseAddress, bytes.count > 0 else { return false }
+        let n = SSL_write(ssl, base, Int32(clamping: bytes.count))
+        if n <= 0 { ERR_clear_error(); return false }
+        return true
     }
 
     /// Milliseconds until the handshake retransmission timer fires, or nil.

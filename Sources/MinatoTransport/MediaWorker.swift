@@ -14,40 +14,11 @@ public enum WorkerEvent: Sendable {
     case iceRestarted(TransportId)
     /// A room's speaker list changed (loudest first; at most every `rooms.speakerEventIntervalMs`).
     case activeSpeakers(RouterId, [SpeakerLevel])
-}
-
-/// Counters a worker reports (read through `perform`).
-public struct WorkerCounters: Sendable {
-    /// RTP packets received and decrypted (before the engine's checks), and their clear bytes.
-    public var rtpPacketsReceived: UInt64
-    public var rtpBytesReceived: UInt64
-    /// RTP packets (and clear bytes) sent to subscribers: counted after a successful send.
-    public var rtpPacketsForwarded: UInt64
-    public var rtpBytesForwarded: UInt64
-    public var rtcpPacketsReceived: UInt64
-    /// RTCP the worker sent (receiver reports, translated sender reports, PLI/FIR).
-    public var rtcpPacketsSent: UInt64
-    public var nacksReceived: UInt64
-    public var keyFrameRequestsSent: UInt64
-    /// Timer wake-ups (deadlines reached); 0 on an idle worker.
-    public var timerWakeups: UInt64
-    /// Every `DropReason` by its `name`, zeros included.
-    public var drops: [String: UInt64]
-    public var transports: Int
-    /// Loss recovery (MediaEngine): NACKs sent to publishers, packets resent to subscribers,
-    /// retransmission store lookups by result ("hit", "miss", "throttled"), missing packets
-    /// that arrived later (and of those, by publisher RTX), keyframe requests by `KeyFrameCause.name`.
-    public var nacksSent: UInt64 = 0
-    public var packetsRetransmitted: UInt64 = 0
-    public var retransmissionLookups: [String: UInt64] = [:]
-    public var packetsRecovered: UInt64 = 0
-    public var rtxRecovered: UInt64 = 0
-    public var keyFrameRequestsByCause: [String: UInt64] = [:]
-    /// Congestion control: transport-wide feedback packets sent to publishers, bandwidth
-    /// probes started toward subscribers and their padding packets.
-    public var transportFeedbackSent: UInt64 = 0
-    public var probesStarted: UInt64 = 0
-    public var paddingPacketsSent: UInt64 = 0
+    /// A reliable data subscription's transport had no room for a message
+    /// (`rooms.data.maxBufferedBytes`): its channel is closed.
+    case dataSubscriptionOverflow(subscriptionId: String)
+    /// The peer of a transport sent data-channel input that was refused (`reason`).
+    case dataChannelError(TransportId, label: String?, reason: String, detail: String)
 }
 
 public enum WorkerError: Error, CustomStringConvertible, Sendable {
@@ -84,7 +55,7 @@ public final class MediaWorker: Sendable {
     /// disables one.
     public init(index: Int, runtime: CryptoRuntime, ice: IceConfiguration,
                 transportTimeout: Duration, consentTimeout: Duration = .seconds(30), connectTimeout: Duration = .seconds(20),
-                tuning: EngineTuning = EngineTuning(), logger: Logger) {
+                tuning: EngineTuning = EngineTuning(), dataLimits: DataLimits = DataLimits(), logger: Logger) {
         self.index = index
         let context = g_main_context_new()!
         let inbox = Inbox(context: context)
@@ -94,16 +65,16 @@ public final class MediaWorker: Sendable {
         let timeoutNs = nanoseconds(of: transportTimeout)
         let connectTimeoutNs = nanoseconds(of: connectTimeout)
         let consentTimeoutNs = nanoseconds(of: consentTimeout)
-        let box = UncheckedBox((context, runtime, ice, continuation, logger, tuning))
+        let box = UncheckedBox((context, runtime, ice, continuation, logger, tuning, dataLimits))
         let name = "minato-media-\(index)"
         let thread = Thread {
             // Foundation names the thread only in its own bookkeeping: name it for the kernel
             // too (ps, top, /proc/<pid>/task/*/comm), else it shows its creator's name.
             minato_set_thread_name(name)
-            let (context, runtime, ice, continuation, logger, tuning) = box.value
+            let (context, runtime, ice, continuation, logger, tuning, dataLimits) = box.value
             let core = WorkerCore(context: context, runtime: runtime, ice: ice, events: continuation,
                                   transportTimeout: timeoutNs, consentTimeout: consentTimeoutNs, connectTimeout: connectTimeoutNs,
-                                  tuning: tuning, logger: logger)
+                                  tuning: tuning, dataLimits: dataLimits, logger: logger)
             core.run(inbox: inbox)
         }
         thread.name = name
@@ -146,10 +117,13 @@ public final class WorkerCore {
     let engine: MediaEngine
     let batch = SendBatch(slots: WorkerCore.outboxSlots)
     let logger: Logger
-    private let eventSink: AsyncStream<WorkerEvent>.Continuation
+    let eventSink: AsyncStream<WorkerEvent>.Continuation
     /// The connect and media timeouts of every transport made here.
     let timeouts: TransportTimeouts
-    private var transports: [TransportId: WebRtcTransport] = [:]
+    private(set) var transports: [TransportId: WebRtcTransport] = [:]
+    /// Data channels (WorkerCore+Data.swift) and when usrsctp's timers next run (.max: never).
+    let data: DataRouter
+    var dataTickAt: Nanoseconds = .max
     /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
     private var stopping = false
@@ -173,8 +147,10 @@ public final class WorkerCore {
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
          events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds, consentTimeout: Nanoseconds = 0,
-         connectTimeout: Nanoseconds = 20_000_000_000, tuning: EngineTuning = EngineTuning(), logger: Logger) {
+         connectTimeout: Nanoseconds = 20_000_000_000, tuning: EngineTuning = EngineTuning(),
+         dataLimits: DataLimits = DataLimits(), logger: Logger) {
         self.engine = MediaEngine(outboxSlots: WorkerCore.outboxSlots, tuning: tuning)
+        self.data = DataRouter(limits: dataLimits)
         self.context = context
         self.runtime = runtime
         self.ice = ice
@@ -300,6 +276,7 @@ public final class WorkerCore {
 
     public func closeTransport(_ id: TransportId) {
         guard let t = transports.removeValue(forKey: id) else { return }
+        dataTransportClosed(id)
         t.close(context: context)
         engine.removeTransport(t.index)
         if Int(t.index.slot) < byIndex.count, byIndex[Int(t.index.slot)] === t { byIndex[Int(t.index.slot)] = nil }
@@ -312,7 +289,7 @@ public final class WorkerCore {
     public var counters: WorkerCounters {
         var named: [String: UInt64] = [:]
         for r in DropReason.allCases { named[r.name] = engine.drops(r) &+ drops[r.rawValue] }
-        return WorkerCounters(
+        var c = WorkerCounters(
             rtpPacketsReceived: engine.rtpPacketsReceived, rtpBytesReceived: engine.rtpBytesReceived,
             rtpPacketsForwarded: rtpPacketsSent, rtpBytesForwarded: rtpBytesSent,
             rtcpPacketsReceived: engine.rtcpPacketsReceived, rtcpPacketsSent: rtcpPacketsSent,
@@ -327,6 +304,8 @@ public final class WorkerCore {
             }),
             transportFeedbackSent: engine.transportFeedbackSent, probesStarted: engine.probesStarted,
             paddingPacketsSent: engine.paddingPacketsSent)
+        c.data = dataCounters
+        return c
     }
 
     // MARK: Packet path
@@ -349,6 +328,7 @@ public final class WorkerCore {
         case .handshake(let update):
             apply(update, to: t)
             transportDeadlinesStale = true   // the DTLS timer moved
+            if !data.endpoints.isEmpty { dataReceived(on: t, now: now) }
         }
     }
 
@@ -472,6 +452,7 @@ public final class WorkerCore {
                 "transport": "\(t.id)", "afterMs": "\(after / 1_000_000)", "dtlsHeldForIce": "\(t.handshakeDatagramsHeld)"])
             engine.restartConsumers(on: t.index, now: monotonicNow())
             flush()
+            dataConnected(t)
             eventSink.yield(.transportConnected(t.id, after: duration(after)))
         case .failed(let reason):
             guard transports[t.id] === t else { return }
@@ -522,7 +503,7 @@ public final class WorkerCore {
             }
             transportDeadline = soonest
         }
-        let due = min(engine.nextDeadline ?? .max, transportDeadline)
+        let due = min(engine.nextDeadline ?? .max, transportDeadline, dataTickAt)
         guard due != armedFor, let timer else { return }
         armedFor = due
         // GLib's ready time is CLOCK_MONOTONIC in microseconds (rounded up: never early).
@@ -546,6 +527,7 @@ public final class WorkerCore {
             for (t, update) in failed { apply(update, to: t) }
             transportDeadlinesStale = true
         }
+        if now >= dataTickAt { dataTick(now: now) }
         flush()
     }
 }

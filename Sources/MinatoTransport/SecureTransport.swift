@@ -73,8 +73,21 @@ final class SecureTransport {
     /// The SRTP profile DTLS negotiated, once connected.
     var srtpProfile: SrtpProfile? { srtp?.profile }
 
-    /// The next DTLS datagram to send through ICE (handshake flights, alerts, close_notify).
+    /// The next DTLS datagram to send through ICE (handshake flights, alerts, close_notify,
+    /// application records).
     func pollDatagram() -> [UInt8]? { dtls.pollDatagram() }
+
+    /// The DTLS role this end took (a server that never got `setRemote` takes the server
+    /// role on the peer's ClientHello); nil until the handshake started.
+    var dtlsRoleInUse: DtlsTransport.Role? { dtls.state == .new ? nil : dtls.role }
+
+    /// Where DTLS application records (SCTP packets) received once connected go (nil: dropped).
+    func setApplicationDataSink(_ sink: ((UnsafeRawBufferPointer) -> Void)?) { dtls.applicationData = sink }
+
+    /// Sends one DTLS application record (an SCTP packet); the datagram waits in `pollDatagram`.
+    func writeApplicationData(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        state == .connected && dtls.writeApplicationData(bytes)
+    }
 
     // MARK: Inputs
 
@@ -141,7 +154,11 @@ final class SecureTransport {
             lastMediaAt = now
             return .rtcp(UnsafeRawBufferPointer(start: base, count: n))
         case .dtls:
-            return .handshake(receiveDtls(UnsafeRawBufferPointer(datagram)))
+            let records = dtls.applicationRecordsRead
+            let update = receiveDtls(UnsafeRawBufferPointer(datagram))
+            // Data channels (SCTP in DTLS application records) count as hearing the peer.
+            if dtls.applicationRecordsRead != records { heard(at: now) }
+            return .handshake(update)
         case .stun, .unknown:
             return .dropped(.unknownPacket)
         }

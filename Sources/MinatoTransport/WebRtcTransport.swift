@@ -238,6 +238,17 @@ final class WebRtcTransport {
         handshakeDatagramsHeld &+= held.count
     }
 
+    /// Sends SCTP packets as DTLS application records through ICE (false: DTLS is not up).
+    func sendApplicationData(_ packets: [[UInt8]]) -> Bool {
+        var ok = true
+        for p in packets { ok = p.withUnsafeBytes { secure.writeApplicationData($0) } && ok }
+        _ = sendingHandshake(.none)
+        return ok
+    }
+
+    /// The DTLS role this transport took (nil before the SDP exchange gave one).
+    var dtlsRole: DtlsTransport.Role? { secure.dtlsRole }
+
     /// DTLS datagrams held until ICE could send them (at most `maxHeldHandshake`, oldest dropped:
     /// the DTLS timer resends a flight anyway).
     private var heldHandshake: [[UInt8]] = []

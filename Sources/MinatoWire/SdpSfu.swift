@@ -143,13 +143,23 @@ public enum SfuSdp {
     /// m-section is rejected
     /// (`MediaDescription.rejecting`). `a=setup` answers the offer's (see `SdpTransport` for
     /// where it is read); candidates go into the first accepted m-section.
+    /// With `maxMessageSize`, the offer's first data-channel section (`SdpData`) is accepted
+    /// too, with Minato's `a=sctp-port` and that `a=max-message-size`.
     public static func answer(toSenderOffer offer: SessionDescription, local: SdpLocalTransport, sessionId: UInt64,
-                              version: Int) throws(SdpNegotiationError) -> SessionDescription {
+                              version: Int, maxMessageSize: Int? = nil) throws(SdpNegotiationError) -> SessionDescription {
         let setup = (offer.transportAttribute(named: "setup").flatMap(DtlsSetup.init(rawValue:)) ?? .actpass).answer
         var media: [MediaDescription] = []
         var bundle: [String] = []
+        var dataAccepted = false
         for m in offer.media {
             if let mid = m.mid, !isValidMid(mid) { throw .missingMid }
+            if let maxMessageSize, !dataAccepted, SdpData.isDataChannelSection(m), let mid = m.mid {
+                dataAccepted = true
+                media.append(SdpData.section(mid: mid, transport: local, setup: setup, maxMessageSize: maxMessageSize,
+                                             includesCandidates: bundle.isEmpty))
+                bundle.append(mid)
+                continue
+            }
             let codec = (m.kind == "audio" || m.kind == "video") && m.port != 0 ? chosenCodec(m) : nil
             guard var codec else {
                 // Data channels, codecs Minato does not forward, m-sections the offerer rejected.
@@ -249,8 +259,9 @@ public enum SfuSdp {
     /// (an active video stream with RTX also gets `a=ssrc-group:FID <ssrc> <rtxSsrc>` and
     /// cname/msid lines for the RTX SSRC, as Chromium writes them); candidates in the first
     /// m-section.
+    /// `data`: the data-channel section (`SdpData.section`) and its place among the streams.
     public static func receiveOffer(streams: [ReceiverStream], local: SdpLocalTransport, sessionId: UInt64,
-                                    version: Int) -> SessionDescription {
+                                    version: Int, data: (mid: String, position: Int, maxMessageSize: Int)? = nil) -> SessionDescription {
         var media: [MediaDescription] = []
         for (i, s) in streams.enumerated() {
             let extensions = RtpHeaderExtension.allCases.compactMap { e -> ExtMap? in
@@ -277,8 +288,15 @@ public enum SfuSdp {
                 codec: s.codec, feedback: feedback(for: s.codec.codec), rtxPayloadType: s.rtxPayloadType,
                 redPayloadType: s.redPayloadType, ssrcGroups: groups, ssrcs: ssrcs, includesCandidates: i == 0).media)
         }
+        var mids = streams.map(\.mid)
+        if let data {
+            let at = min(max(0, data.position), media.count)
+            media.insert(SdpData.section(mid: data.mid, transport: local, setup: .actpass, maxMessageSize: data.maxMessageSize,
+                                         includesCandidates: at == 0), at: at)
+            mids.insert(data.mid, at: at)
+        }
         return SessionDescription(username: username, sessionName: username, sessionId: sessionId, version: version,
-                                  bundle: streams.map(\.mid), iceLite: local.iceLite, media: media)
+                                  bundle: mids, iceLite: local.iceLite, media: media)
     }
 
     /// Which extra formats of an offered stream a receiver's answer accepted.

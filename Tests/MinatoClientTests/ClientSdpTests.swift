@@ -258,3 +258,17 @@ import MinatoWire
         #expect(try JSON.parse(#"{"id":7188573827434222}"#)["id"]?.int == 7_188_573_827_434_222)
     }
 }
+
+/// A room with a data publication (published by a browser) decodes in the Swift SDK.
+@Suite struct DataPublicationDecodingTests {
+    @Test func snapshotWithADataPublicationDecodes() throws {
+        let json = """
+            {"id":"r","name":"n","metadata":"","version":3,"members":[],"subscriptions":[],
+             "publications":[{"id":"p","publisherId":"m","contentType":"data","metadata":"","state":"enabled",
+                              "codecCapabilities":[],"encodings":[],"maxSubscribers":50,
+                              "dataChannel":{"label":"chat","ordered":true}}]}
+            """
+        let snapshot = try JSONDecoder().decode(RoomSnapshot.self, from: Data(json.utf8))
+        #expect(snapshot.publications?.first?.contentType == .data)
+    }
+}

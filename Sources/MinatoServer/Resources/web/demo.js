@@ -261,6 +261,7 @@ async function startMedia() {
 async function maybeSubscribe(publication) {
   const { me } = state;
   if (!me || publication.publisherId === me.id || state.subscriptions.has(publication.id)) return;
+  if (publication.contentType === 'data') return;   // the demo shows media only
   state.subscriptions.set(publication.id, null);
   try {
     const { subscription, stream } = await me.subscribe(publication.id);

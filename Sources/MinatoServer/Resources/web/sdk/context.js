@@ -238,6 +238,9 @@ export class MinatoContext {
       const m = this._localMembers.get(params.memberId);
       if (m) m._onServerOffer(params.offer, 'notification');
       else this._log('offer for unknown member', params.memberId);
+    } else if (method === 'dataChannelError') {
+      const m = this._localMembers.get(params.memberId);
+      if (m) m._onDataChannelError(params);
     } else {
       this._log('unknown notification', method, params);
     }

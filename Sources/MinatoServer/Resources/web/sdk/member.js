@@ -5,6 +5,7 @@ import { MinatoError, MinatoEvent, SerialQueue, mediaError, receiveCodecCapabili
 import { LocalStream, RemoteStream } from './stream.js';
 import { MediaRecovery } from './recovery.js';
 import { MemberIceServers } from './ice-servers.js';
+import { LocalDataStream, publishData, subscribeData } from './data.js';
 
 // ---------------------------------------------------------------------------------------------
 // Members
@@ -97,6 +98,14 @@ export class LocalSFURoomMember extends RoomMember {
     this._subscribing = new Map();
     /** The number of server offers this member answered. */
     this.answeredOffers = 0;
+    /** Data channels the server opened on the receive connection, by label (a subscription id),
+     * and the subscribes waiting for theirs. */
+    this._dataChannels = new Map();
+    this._dataWaiters = new Map();
+    /** Fires when the server refused something this member's data channels sent
+     * (`dataChannelError`: reason `messageTooLarge`, `unknownDcepMessage`, `invalidDcepMessage`,
+     * `tooManyChannels`). @type {MinatoEvent<{reason: string, detail: string, publicationId?: string, label?: string}>} */
+    this.onDataChannelError = new MinatoEvent();
     /** Fires once when this member is no longer in the room; `reason` is the server's
      * (`left`, `replaced`, `keepaliveExpired`, `transportClosed`, `kicked`, `roomClosed`), or the
      * SDK's `takeoverRefused` (after a reconnect the server refused `keepalive` with
@@ -235,6 +244,14 @@ export class LocalSFURoomMember extends RoomMember {
     // A rejoin replaces both connections: what an old one still reports is ignored.
     const current = () => pc === (direction === 'send' ? this._sendPc : this._recvPc);
     pc.addEventListener('icecandidate', (ev) => { if (current()) this._sendCandidate(direction, ev.candidate); });
+    if (direction === 'recv') {
+      // The server opens one channel per data subscription, labelled with the subscription id.
+      pc.addEventListener('datachannel', (ev) => {
+        if (!current()) return;
+        const waiter = this._dataWaiters.get(ev.channel.label);
+        if (waiter) { this._dataWaiters.delete(ev.channel.label); waiter(ev.channel); } else this._dataChannels.set(ev.channel.label, ev.channel);
+      });
+    }
     this._recovery.watch(direction, pc);
     this._iceServers.watch(direction, pc);
     pc.addEventListener('connectionstatechange', () => {
@@ -279,6 +296,7 @@ export class LocalSFURoomMember extends RoomMember {
    */
   async publish(source, options = {}) {
     this._checkJoined('publish');
+    if (source instanceof LocalDataStream) return this._publish(source, options, null);
     const track = source instanceof MediaStreamTrack ? source : source && source.track;
     if (!(track instanceof MediaStreamTrack)) {
       throw new MinatoError('invalidParameter', 'publish needs a MediaStreamTrack (or a stream with .track)', { method: 'publish' });
@@ -294,6 +312,7 @@ export class LocalSFURoomMember extends RoomMember {
    * @returns {Promise<RoomPublication>}
    */
   _publish(stream, options, previous) {
+    if (stream instanceof LocalDataStream) return this._publishData(stream, options, previous);
     const track = stream.track;
     return this._sendQueue.run(async () => {
       this._checkJoined('publish');
@@ -356,6 +375,9 @@ export class LocalSFURoomMember extends RoomMember {
     });
   }
 
+  /** Publishes a data stream (data.js `publishData`). @returns {Promise<RoomPublication>} */
+  _publishData(stream, options, previous) { return publishData(this, stream, options, previous); }
+
   /**
    * Ends a publication of this member and renegotiates the send connection without it.
    * @param {string|RoomPublication} publicationId
@@ -367,6 +389,7 @@ export class LocalSFURoomMember extends RoomMember {
     const sender = this._senders.get(id);
     this._senders.delete(id);
     if (!sender) return;
+    if (sender.channel) { sender.stream._detach(); return; }
     await this._sendQueue.run(async () => {
       if (this._left || !this._sendPc) return;
       try {
@@ -472,9 +495,10 @@ export class LocalSFURoomMember extends RoomMember {
     // What this browser decodes: the server refuses a publication in any other codec with
     // `codecNotSupported` instead of offering a stream nobody here can decode.
     const known = this.room.publications.find((p) => p.id === id);
-    const caps = receiveCodecCapabilities(known ? [known.contentType] : ['audio', 'video']);
+    const caps = known && known.contentType === 'data' ? [] : receiveCodecCapabilities(known ? [known.contentType] : ['audio', 'video']);
     if (caps.length) params.codecCapabilities = caps;
     const r = await this.context._request('subscribe', params);
+    if (r.subscription.contentType === 'data') return this._subscribeData(r);
     // Enqueued now, i.e. before any later message is handled, so offers apply in arrival order.
     const applied = this._onServerOffer(r.offer, 'subscribe');
     const subscription = this.room._upsertSubscription(r.subscription);
@@ -485,6 +509,14 @@ export class LocalSFURoomMember extends RoomMember {
     this._streams.set(subscription.id, stream);
     subscription._localStream = stream;
     return { subscription, stream };
+  }
+
+  /** The rest of a data subscribe (data.js `subscribeData`). */
+  _subscribeData(r) { return subscribeData(this, r); }
+
+  /** A `dataChannelError` notification for this member. @param {object} params */
+  _onDataChannelError(params) {
+    this.onDataChannelError.emit({ reason: params.reason, detail: params.detail, publicationId: params.publicationId, label: params.label });
   }
 
   /**
@@ -589,6 +621,8 @@ export class LocalSFURoomMember extends RoomMember {
     this._streams.clear();
     this._senders.clear();
     this._subscribing.clear();
+    this._dataChannels.clear();
+    this._dataWaiters.clear();
     this._lostReason = null;
     this.context._localMembers.delete(this.id);
   }

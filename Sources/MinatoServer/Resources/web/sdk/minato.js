@@ -63,6 +63,7 @@ export { MinatoError, MinatoEvent, MinatoContext, SFURoom };
 export { RoomMember, RemoteRoomMember, LocalSFURoomMember } from './member.js';
 export { RoomPublication, RoomSubscription } from './publication.js';
 export { LocalStream, RemoteStream, createLocalStreams, summarizeInbound } from './stream.js';
+export { LocalDataStream, RemoteDataStream, createDataStream } from './data.js';
 
 /** SkyWay's name for the event class. */
 export { MinatoEvent as Event };

@@ -113,7 +113,9 @@ export class RoomSubscription {
     this.state = 'enabled';
     /** @type {RemoteStream|null} */
     this._localStream = null;
-    /** Fires when the subscription ends (unsubscribe, unpublish, member left). @type {MinatoEvent<{}>} */
+    /** Fires when the subscription ends (unsubscribe, unpublish, member left), with the server's
+     * reason when it gave one (`dataBufferOverflow`: a data subscriber that did not keep up).
+     * @type {MinatoEvent<{reason?: string}>} */
     this.onCanceled = new MinatoEvent();
     this._publication = room._publications.get(json.publicationId) || null;
   }
@@ -123,10 +125,10 @@ export class RoomSubscription {
     if (json.preferredEncodingId !== undefined) this.preferredEncodingId = json.preferredEncodingId;
   }
 
-  _canceled() {
+  _canceled(reason) {
     this.state = 'canceled';
     if (this._localStream) this._localStream._ended();
-    this.onCanceled.emit({});
+    this.onCanceled.emit(reason ? { reason } : {});
   }
 
   /** @type {RoomPublication|null} */

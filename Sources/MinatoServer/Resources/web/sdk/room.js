@@ -426,7 +426,7 @@ export class SFURoom {
         break;
       }
       case 'publicationUnsubscribed':
-        this._removeSubscription(d.subscription.id);
+        this._removeSubscription(d.subscription.id, ev.reason);
         break;
       case 'metadataUpdated':
         this.metadata = (d.room && d.room.metadata) ?? this.metadata;
@@ -459,11 +459,11 @@ export class SFURoom {
     this.onEvent.emit(ev);
   }
 
-  _removeSubscription(id) {
+  _removeSubscription(id, reason) {
     const s = this._subscriptions.get(id);
     if (!s) return;
     this._subscriptions.delete(id);
-    s._canceled();
+    s._canceled(reason);
     this.onPublicationUnsubscribed.emit({ subscription: s });
     this.onSubscriptionListChanged.emit({});
   }
