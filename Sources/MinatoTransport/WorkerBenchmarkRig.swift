@@ -2,6 +2,9 @@ internal import CNice
 #if canImport(Glibc)
 internal import Glibc
 #endif
+// usrsctp.h includes <sys/socket.h> too, and which module clang credits with its `SOCK_DGRAM`
+// depends on build order: importing both keeps it in scope here (a clean build failed without).
+internal import CUsrsctp
 public import MinatoMedia
 internal import MinatoWire
 internal import Logging

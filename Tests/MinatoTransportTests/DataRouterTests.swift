@@ -242,7 +242,8 @@ final class DataLink {
     @Test func seedsAndRandomInputsDoNotBreakTheRouter() throws {
         let h = try DataChannelFuzzHarness()
         defer { h.close() }
-        let seeds = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        // Through the symlinks: the sanitize package links this directory from sanitize/Tests.
+        let seeds = URL(fileURLWithPath: #filePath).resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("../../fuzz/corpus/FuzzDataChannel").standardized
         let files = (try? FileManager.default.contentsOfDirectory(at: seeds, includingPropertiesForKeys: nil)) ?? []
         #expect(files.count >= 5)
