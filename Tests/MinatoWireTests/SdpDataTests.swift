@@ -14,7 +14,7 @@ import Testing
         t=0 0\r
         a=group:BUNDLE 0 1\r
         m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r
-        c=IN IP4 0.0.0.0\r
+        c=IN IP4 127.0.0.1\r
         a=ice-ufrag:abcd\r
         a=ice-pwd:abcdefghijklmnopqrstuvwx\r
         a=fingerprint:sha-256 AB:CD\r
@@ -23,7 +23,7 @@ import Testing
         a=sctp-port:5001\r
         a=max-message-size:262144\r
         m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r
-        c=IN IP4 0.0.0.0\r
+        c=IN IP4 127.0.0.1\r
         a=mid:1\r
         """
 
