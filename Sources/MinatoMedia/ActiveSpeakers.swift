@@ -15,7 +15,9 @@
 ///   swap places every tick. The first is the dominant speaker.
 /// - **Forwarding** (`forwardLoudest` N > 0): at most N members are audible (forwarded). A
 ///   voiced packet from one that is not takes a free slot, or the slot of an audible member that
-///   has not voiced for `stealAfter`, on the spot, so its first syllable goes out. When all N
+///   has not voiced for `stealAfter` and was heard silent since, on the spot, so its first
+///   syllable goes out (a member whose packets merely stopped arriving keeps its slot until the
+///   hangover, so jitter cannot reshuffle the slots). When all N
 ///   are talking, a louder newcomer replaces the quietest at the next tick if it is louder by
 ///   `switchMargin`. An audible member silent for `hangover` gives its slot up.
 ///
@@ -57,6 +59,8 @@ public struct ActiveSpeakers: Sendable {
         var voiceTime: Nanoseconds = 0
         var silentTime: Nanoseconds = 0
         var lastVoicedAt: Nanoseconds = 0
+        /// The last unvoiced packet: silence heard, not merely packets that have not arrived.
+        var lastQuietAt: Nanoseconds = 0
         var speaking = false
         var audible = false
         /// Smoothed level, linear amplitude relative to full scale (0...1), silence included.
@@ -129,7 +133,10 @@ public struct ActiveSpeakers: Sendable {
     @inline(__always)
     public mutating func observe(_ i: Int, level: UInt8, now: Nanoseconds) -> Bool {
         entries[i].packets &+= 1
-        guard level <= settings.activeLevel else { return settings.forwardLoudest == 0 || entries[i].audible }
+        guard level <= settings.activeLevel else {
+            entries[i].lastQuietAt = now
+            return settings.forwardLoudest == 0 || entries[i].audible
+        }
         entries[i].voiced &+= 1
         entries[i].voicedLevelSum &+= UInt32(level)
         entries[i].lastVoicedAt = now
@@ -143,7 +150,10 @@ public struct ActiveSpeakers: Sendable {
     public func isAudible(_ i: Int) -> Bool { settings.forwardLoudest == 0 || entries[i].audible }
 
     /// A voiced packet of `i`, which is not audible: a free slot, else the slot of the audible
-    /// member that voiced longest ago if that was `stealAfter` or more ago.
+    /// member that voiced longest ago if that was `stealAfter` or more ago and silence was heard
+    /// from it since. Packets that have not arrived are not silence: after a gap in arrival
+    /// (network jitter, a sender's stall) the burst that follows must not reshuffle the slots by
+    /// whose packets happen to come first; such a member's slot frees after `hangover`.
     private mutating func admit(_ i: Int, now: Nanoseconds) -> Bool {
         if audibleCount < settings.forwardLoudest {
             entries[i].audible = true
@@ -154,6 +164,7 @@ public struct ActiveSpeakers: Sendable {
         var k = 0
         while k < entries.count {
             if entries[k].active, entries[k].audible, now &- entries[k].lastVoicedAt >= settings.stealAfter,
+               entries[k].lastQuietAt > entries[k].lastVoicedAt,
                quietest < 0 || entries[k].lastVoicedAt < entries[quietest].lastVoicedAt {
                 quietest = k
             }
@@ -216,9 +227,13 @@ public struct ActiveSpeakers: Sendable {
             let mean = Int(e.voicedLevelSum / e.voiced)
             instant = Self.amplitude(mean) * Float(e.voiced) / Float(e.packets)
         }
-        // Fast attack, slower release (per tick).
-        e.level += (instant - e.level) * (instant > e.level ? 0.5 : 0.25)
-        if e.level < 0.0005 { e.level = 0 }
+        // Fast attack, slower release (per tick). A tick without packets holds the level (a gap
+        // in arrival is not silence: the louder-newcomer switch compares these levels) until
+        // the member has been silent for the hangover.
+        if heard || e.silentTime >= settings.hangover {
+            e.level += (instant - e.level) * (instant > e.level ? 0.5 : 0.25)
+            if e.level < 0.0005 { e.level = 0 }
+        }
         if voicedTick {
             e.speechLevel += (instant - e.speechLevel) * (e.speechLevel == 0 ? 1 : (instant > e.speechLevel ? 0.5 : 0.25))
         } else if !e.speaking, e.voiceTime == 0 {

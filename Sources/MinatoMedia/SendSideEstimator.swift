@@ -10,6 +10,12 @@ internal import MinatoWire
 /// - **loss**: per feedback window of at least 100 ms and 20 packets, more than 10% lost
 ///   lowers the estimate by half the loss ratio; under 2% lets it grow 8% a second, never
 ///   beyond 1.5 times what the receiver got plus 10 kbit/s (no growth without evidence);
+/// - **loss ceiling**: the rate the receiver got when such losses began is remembered, and for
+///   `ceilingHold` (60 s; doubled, up to 4 min, each time the path loses again at the end of a
+///   hold) growth stops at 90% of it. Without it the estimate crept back up within 10–20 s to
+///   the rate that had just failed, the allocator tried that temporal layer again, and each
+///   try cost the viewer a freeze of 0.6–0.8 s (a policer between a layer's lowest temporal
+///   layer and the next). A probe that succeeds above the ceiling lifts it;
 /// - **probing**: to learn whether a higher rate fits, the engine sends padding for
 ///   `probeDuration` at a rate the allocator asks for (`startProbe`); if that window's loss,
 ///   and its second half's alone, stay under 5% and no overuse shows, the estimate jumps to
@@ -68,6 +74,16 @@ struct SendSideEstimator {
     private var overuseCount = 0
     private var lastIncrease: Nanoseconds = 0
     private var lastDecrease: Nanoseconds = 0
+    // Loss ceiling.
+    /// Growth stops at 90% of this until `ceilingUntil` (0: none).
+    private(set) var lossCeiling = 0
+    private(set) var ceilingUntil: Nanoseconds = 0
+    /// When the losses that set the ceiling began, and how many holds in a row ended in losses.
+    private var ceilingSetAt: Nanoseconds = 0
+    private var ceilingStrikes = 0
+    static let ceilingHold: Nanoseconds = 60_000_000_000
+    /// Decreases within this of the first one are one loss episode (one ceiling).
+    static let lossEpisode: Nanoseconds = 5_000_000_000
     // Probing.
     /// A probe lasts this long unless its losses end it sooner (`received`). Long enough to
     /// drain the burst of a token-bucket policer (nftables byte limits hold a second of
@@ -220,6 +236,11 @@ struct SendSideEstimator {
         if probePackets >= 10, loss < 0.05, lateLoss < 0.05, !probeOveruse, got > 0 {
             estimate = max(estimate, min(got, probeRate))
             failedProbes = 0
+            if lossCeiling > 0, estimate >= lossCeiling {
+                lossCeiling = 0
+                ceilingUntil = 0
+                ceilingStrikes = 0
+            }
         } else {
             // A queue (delay grew, little loss) delivered about its capacity during the probe:
             // that much fits. Loss without delay is a policer, whose burst makes `got` too high.
@@ -258,16 +279,30 @@ struct SendSideEstimator {
                 // From what the path delivers now, not half a second ago: one step down to a
                 // rate that fits, instead of several (each costing the subscriber a keyframe).
                 let base = recentAckedRate > 0 ? min(estimate, recentAckedRate) : estimate
+                setCeiling(base, now: now)
                 estimate = Int(Double(base) * (1 - 0.5 * ratio))
                 lastDecrease = now
             }
         } else if ratio < 0.02, !overusing {
             let elapsed = lastIncrease == 0 ? 0.1 : min(Double(now &- lastIncrease) / 1e9, 1)
             let grown = Int(Double(estimate) * (1 + 0.08 * elapsed))
-            let cap = ackedRate > 0 ? ackedRate * 3 / 2 + 10_000 : estimate
+            var cap = ackedRate > 0 ? ackedRate * 3 / 2 + 10_000 : estimate
+            if lossCeiling > 0, now < ceilingUntil { cap = min(cap, lossCeiling / 10 * 9) }
             if grown > estimate { estimate = max(estimate, min(grown, cap)) }
         }
         lastIncrease = now
+    }
+
+    /// A loss decrease from `rate` (what the path delivered as the losses came): the first of
+    /// an episode sets the ceiling; one that comes when the last hold has just ended (the
+    /// estimate grew back into the same wall) doubles the hold.
+    private mutating func setCeiling(_ rate: Int, now: Nanoseconds) {
+        if ceilingSetAt != 0, now &- ceilingSetAt < Self.lossEpisode { return }
+        let again = lossCeiling > 0 && now < ceilingUntil &+ Self.ceilingHold
+        ceilingStrikes = again ? min(ceilingStrikes + 1, 3) : 1
+        lossCeiling = rate
+        ceilingSetAt = now
+        ceilingUntil = now &+ (Self.ceilingHold &<< UInt64(ceilingStrikes - 1))
     }
 
     /// One received packet for the delay-gradient trend (times in ns; arrival on the receiver's clock).

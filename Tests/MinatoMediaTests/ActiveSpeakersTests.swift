@@ -199,6 +199,35 @@ final class SpeakerClock {
         #expect(c.forwarded == [0: true, 1: false, 2: true])
     }
 
+    @Test func aGapInArrivalIsNotSilenceAndStealsNothing() {
+        // 0 and 1 talk, 2 talks as loud from the start. 0's packets stop arriving for 240 ms (a
+        // sender's stall or network jitter) and then come again: 2 takes no slot meanwhile, as
+        // neither "silent for stealAfter" nor "louder than the quietest" may read a gap as silence.
+        let c = SpeakerClock(loudest(2), members: 3)
+        c.run(1000) { m, _ in m < 2 ? 20 : 127 }
+        c.run(500) { _, _ in 20 }
+        #expect(c.forwarded == [0: true, 1: true, 2: false])
+        c.run(240) { m, _ in m == 0 ? nil : 20 }
+        #expect(c.forwarded[2] == false, "the gap stole 0's slot")
+        #expect(c.speakers.isAudible(0) && c.speakers.isAudible(1) && !c.speakers.isAudible(2))
+        c.run(500) { _, _ in 20 }
+        #expect(c.forwarded == [0: true, 1: true, 2: false])
+        #expect(c.speakers.audibleCount == 2)
+    }
+
+    @Test func aMemberWhosePacketsStopGivesItsSlotUpAfterTheHangover() {
+        let c = SpeakerClock(loudest(1), members: 2)
+        c.run(500) { m, _ in m == 0 ? 20 : 127 }
+        // 0 stops sending altogether (no silence packets); 1 starts talking.
+        c.run(200) { m, _ in m == 0 ? nil : 20 }
+        #expect(c.forwarded[1] == false, "not before the hangover")
+        c.run(300) { m, _ in m == 0 ? nil : 20 }
+        #expect(c.forwarded[1] == true)
+        #expect(!c.speakers.isAudible(0))
+        c.run(2000) { m, _ in m == 0 ? nil : 20 }
+        #expect(c.speakers.level(0) == 0, "the level of a member that stopped decays after the hangover")
+    }
+
     @Test func silenceFreesTheSlotAfterTheHangover() {
         let c = SpeakerClock(loudest(1), members: 2)
         c.run(500) { m, _ in m == 0 ? 20 : 127 }

@@ -242,7 +242,9 @@ def test_forward_loudest_two_of_eight(server, capsys):
     assert senders(-0.3, 0.25) == {PINNED}, "before anyone speaks only the pinned stream flows"
     assert senders(0.8, 1.9) == {0, 1, PINNED}
     # 3 speaks from 3.0 but is no louder than 0 and 2: the two stay the two.
-    assert senders(2.8, 3.9) == {0, 2, PINNED}
+    arrivals = {i: [round(at - t0, 2) for at, _, _ in got[i] if t0 + 2.8 <= at < t0 + 3.9][:3] for i in range(8)}
+    assert senders(2.8, 3.9) == {0, 2, PINNED}, f"first arrivals (s after t0) per publisher in 2.8..3.9: {arrivals}"
+
     # The newcomer's first packet arrived within one event interval of its first voiced frame,
     # and the speech lost at the switch (voiced frames sent but never received).
     started = tracks[2].voiced_at[0]
