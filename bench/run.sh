@@ -2,6 +2,7 @@
 # The RTP throughput benchmark, Minato and Janus side by side (README "Benchmarks").
 #   bench/run.sh quick   fan-out 1->10 on both servers, 20 s window     -> bench/results/quick.{json,md,png}
 #   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
+#                        and data fan-out 1->10 on Minato                -> bench/results/data-fanout.json
 #   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI;
 #                        debug builds: the server from `make test`'s .build, the generator in
 #                        bench/.build/debug, so CI skips two release builds)  -> artifacts/bench/smoke.json
@@ -18,7 +19,7 @@ MODE="${1:-quick}"
 [ $# -gt 0 ] && shift
 case "$MODE" in
     quick) SCENARIOS="fanout-1-10"; DURATION=20; SERVERS="minato janus"; OUTDIR="bench/results"; CHECK=() ;;
-    full)  SCENARIOS="fanout-1-1,fanout-1-10,fanout-1-50,all-to-all-10,audio-50"; DURATION=30; SERVERS="minato janus"
+    full)  SCENARIOS="fanout-1-1,fanout-1-10,fanout-1-50,all-to-all-10,audio-50,audio-50-loudest-3"; DURATION=30; SERVERS="minato janus"
            OUTDIR="bench/results"; CHECK=() ;;
     smoke) SCENARIOS="fanout-1-10"; DURATION=10; SERVERS="minato"; OUTDIR="artifacts/bench"; CHECK=(--max-loss 5) ;;
     *) echo "usage: bench/run.sh quick|full|smoke [minato-bench run options]" >&2; exit 2 ;;
@@ -55,4 +56,12 @@ done
 if [ "$MODE" != smoke ]; then
     .venv-interop/bin/python bench/chart.py "$OUTDIR/$MODE.json" "$OUTDIR/$MODE.png"
     echo "bench: wrote $OUTDIR/$MODE.json, $OUTDIR/$MODE.md, $OUTDIR/$MODE.png" >&2
+fi
+if [ "$MODE" = full ]; then
+    # Data fan-out 1 -> 10, 1 KiB messages, Minato only (DataBench.swift): latency at 1000/s, then
+    # messages a second when offered as fast as the publisher's channel takes them.
+    echo "bench: data fan-out on minato in its own loopback-only namespace" >&2
+    unshare -n sh -c 'ip link set lo up; exec "$@"' bench "$BIN/minato-bench" data --minato-bin "$SERVER_BIN" \
+        --log-dir "$ROOT/artifacts/bench" --out "$OUTDIR/data-fanout.json"
+    echo "bench: wrote $OUTDIR/data-fanout.json" >&2
 fi

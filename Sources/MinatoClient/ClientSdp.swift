@@ -44,22 +44,37 @@ public struct RtpCodec: Sendable, Equatable {
 /// "audio", "video" or "data", as in SkyWay's `contentType`.
 public enum ContentType: String, Sendable, Codable {
     case audio, video
-    /// A data publication (docs/protocol.md "Data"): listed in rooms and events; this SDK does
-    /// not publish or receive data streams yet.
+    /// A data publication (docs/protocol.md "Data"): `LocalDataStream`, carried on a data channel.
     case data
 }
 
-/// One sending m-line of a client's offer.
+/// One sending m-line of a client's offer, or (`isData`) the connection's data-channel section.
 public struct OfferedTrack: Sendable {
     public var mid: String
     public var codec: RtpCodec
     public var ssrc: UInt32
     public var cname: String
     public var active: Bool
+    /// The `m=application` section every data channel of the connection shares (codec, ssrc
+    /// and cname unused).
+    public var isData = false
+    /// The id of the RFC 6464 audio-level header extension the source writes (offered as
+    /// `a=extmap:<id> urn:ietf:params:rtp-hdrext:ssrc-audio-level`), nil: none.
+    public var audioLevelExtensionId: UInt8?
     public init(mid: String, codec: RtpCodec, ssrc: UInt32, cname: String, active: Bool = true) {
         self.mid = mid; self.codec = codec; self.ssrc = ssrc; self.cname = cname; self.active = active
     }
+
+    /// The data-channel section with mid `mid`.
+    public static func data(mid: String) -> OfferedTrack {
+        var t = OfferedTrack(mid: mid, codec: .opus, ssrc: 0, cname: "")
+        t.isData = true
+        return t
+    }
 }
+
+/// The largest data message this client takes (its `a=max-message-size`; RFC 8841's default).
+public let clientMaxDataMessageBytes = 65536
 
 /// A clear error for SDP a client cannot use.
 public struct ClientSdpError: Error, Sendable, CustomStringConvertible {
@@ -93,6 +108,13 @@ public enum ClientSdp {
         var media: [MediaDescription] = []
         var bundle: [String] = []
         for t in tracks {
+            if t.isData {
+                media.append(SdpData.section(mid: t.mid, transport: transport, setup: .actpass,
+                                             maxMessageSize: clientMaxDataMessageBytes, includesCandidates: bundle.isEmpty,
+                                             port: port, address: address))
+                bundle.append(t.mid)
+                continue
+            }
             guard let codec = t.codec.forwardable else {
                 var m = MediaDescription(kind: t.codec.kind.rawValue, formats: [String(t.codec.payloadType)])
                 m.mid = t.mid
@@ -101,6 +123,7 @@ public enum ClientSdp {
             }
             media.append(RtpMediaSection(
                 kind: codec.codec.kind, port: port, address: address, mid: t.mid, transport: transport, setup: .actpass,
+                extensions: t.audioLevelExtensionId.map { [ExtMap(id: $0, uri: RtpHeaderExtension.audioLevel.uri)] } ?? [],
                 direction: t.active ? .sendonly : .inactive, msid: t.cname + " " + t.mid, codec: codec,
                 feedback: codec.codec.kind == "video" ? sentFeedback : [], ssrcs: [SsrcLine(ssrc: t.ssrc, attribute: "cname", value: t.cname)],
                 includesCandidates: bundle.isEmpty).media)
@@ -123,6 +146,10 @@ public enum ClientSdp {
         /// The sender's direction: `.sendonly` for a live stream, `.inactive` for a removed one.
         public var direction: MediaDirection
         public var rejected: Bool
+        /// A data-channel section (kind "application"): the peer's SCTP port and
+        /// `a=max-message-size` (nil: absent, 64 KiB assumed; 0: no limit).
+        public var sctpPort: UInt16?
+        public var maxMessageSize: Int?
     }
 
     /// The `a=rtcp-fb` values a receiving client answers: of those offered for the codec, the
@@ -133,8 +160,9 @@ public enum ClientSdp {
     /// first codec the codec map knows (`MediaDescription.forwardableCodecs`; its fmtp rebuilt
     /// from the parsed parameters, never copied) and only that codec: RTX and RED formats the
     /// offer lists (RED first) are left out, since the client decodes neither, so the server
-    /// resends plainly and sends plain opus. Inactive lines stay inactive, m-lines we
-    /// cannot take (data channels, no known codec, no mid) are rejected. `dtlsRole` picks our
+    /// resends plainly and sends plain opus. Inactive lines stay inactive; a data-channel
+    /// section is accepted (our `a=sctp-port:5000` and `a=max-message-size`); m-lines we
+    /// cannot take (no known codec, no mid) are rejected. `dtlsRole` picks our
     /// `a=setup`: `.client` answers `active` (what browsers do), `.server` answers `passive`
     /// (the peer sends the ClientHello once ICE is up; Janus needs it to avoid dropping an
     /// early hello, see bench/JANUS-NOTES.md).
@@ -146,6 +174,14 @@ public enum ClientSdp {
         var media: [MediaDescription] = []
         var bundle: [String] = []
         for m in offer.media {
+            if SdpData.isDataChannelSection(m), let mid = m.mid {
+                media.append(SdpData.section(mid: mid, transport: transport, setup: setup, maxMessageSize: clientMaxDataMessageBytes,
+                                             includesCandidates: bundle.isEmpty, port: port, address: address))
+                bundle.append(mid)
+                streams.append(OfferedStream(mid: mid, kind: m.kind, codec: nil, ssrcs: [], direction: .sendrecv, rejected: false,
+                                             sctpPort: SdpData.sctpPort(m), maxMessageSize: SdpData.maxMessageSize(m)))
+                continue
+            }
             let rtp = m.proto.contains("RTP") && (m.kind == "audio" || m.kind == "video")
             guard rtp, m.port != 0, let mid = m.mid, let codec = m.forwardableCodecs.first else {
                 media.append(.rejecting(m, address: address))

@@ -50,6 +50,9 @@ public final class Context: Sendable {
         public var mediaRestartWait: Duration = .seconds(4)
         /// ...and how many tries one stall gets before the member rejoins instead.
         public var maxMediaRestarts = 3
+        /// Per connection, bytes of data-channel messages waiting for the server (its SCTP send
+        /// buffer): a `LocalDataStream.write` with no room left throws `dataBufferFull`.
+        public var dataSendBufferBytes = 1 << 20
         /// How long a lost socket is tried again before the member rejoins instead. The server
         /// keeps a member whose socket closed for its keepalive gap (30 s by default).
         public var signalingResumeTimeout: Duration = .seconds(20)

@@ -78,7 +78,7 @@ extension LocalSFURoomMember {
         if let e = error as? ClientError {
             switch e {
             case .connectionClosed, .timeout, .transport: return true
-            case .badResponse: return false
+            case .badResponse, .dataMessageTooLarge, .dataStreamNotOpen, .dataBufferFull: return false
             }
         }
         return false
@@ -166,6 +166,7 @@ extension LocalSFURoomMember {
             media.value.recvDemux = InboundDemux()
             for c in media.value.collectors.values { c.finish() }
             media.value.collectors.removeAll()
+            media.value.finishData()
         }
         tracks = []
         publicationMids = [:]

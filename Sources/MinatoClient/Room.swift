@@ -152,9 +152,11 @@ public actor LocalSFURoomMember {
     var subscribed: [String: SubscribedStream] = [:]   // by subscription id
     var directory: RoomDirectory
     var sendVersion = 0
+    /// Data channels this member labelled so far (`publish(_: LocalDataStream)`).
+    var dataLabels = 0
     var recvVersion = 0
-    private let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
-    private let cname = "minato-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+    let sessionId = UInt64.random(in: 1...UInt64(Int64.max))
+    let cname = "minato-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
     private var notificationTask: Task<Void, Never>?
     var keepaliveTask: Task<Void, Never>?
     private var supervisorTask: Task<Void, Never>?
@@ -306,21 +308,10 @@ public actor LocalSFURoomMember {
     /// server, and starts pulling packets from the source on the worker thread.
     public func publish<S: RtpSource & Sendable>(_ source: S, options: PublicationOptions = PublicationOptions()) async throws -> RoomPublication {
         let media = self.media
-        let profiles = room.context.options.srtpProfiles, relays = self.relays
-        var (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
-            if let c = media.value.send { return (c.local, false) }
-            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
-            media.value.send = c
-            media.value.sendDemux.attach(to: c)
-            media.value.sendDemux.onRtcp = { rtcp in
-                for o in media.value.outbound.values { o.feedback(rtcp) }
-                media.value.readReports(rtcp)
-            }
-            return (c.local, true)
-        }
-        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(.send) { local = gathered }
+        let local = try await sendConnection()
         let mid = String(tracks.count)
-        let track = OfferedTrack(mid: mid, codec: source.codec, ssrc: UInt32.random(in: 1...UInt32.max), cname: cname)
+        var track = OfferedTrack(mid: mid, codec: source.codec, ssrc: UInt32.random(in: 1...UInt32.max), cname: cname)
+        track.audioLevelExtensionId = (source as? any AudioLevelSource)?.audioLevelExtensionId
         let firstNegotiation = tracks.isEmpty
         tracks.append(track)
         sendVersion += 1
@@ -384,6 +375,7 @@ public actor LocalSFURoomMember {
         }
         let subscription = try subJSON.decode(Subscription.self)
         subscribed[subscription.id] = SubscribedStream(publicationId: publicationId, contentType: subscription.contentType, sink: sink)
+        if subscription.contentType == .data { try await expectData(subscription.id) }
         let streams = try await applyServerOffer(offer)
         let stream = streams.first { $0.mid == mid }
         let ssrc = stream?.ssrcs.first
@@ -402,6 +394,7 @@ public actor LocalSFURoomMember {
             }
         }
         try await waitConnected(send: false)
+        if subscription.contentType == .data { try await waitDataOpen(subscription.id) }
         return RoomSubscription(subscription: subscription, mid: mid, ssrc: ssrc, codec: stream?.codec)
     }
 
@@ -415,6 +408,8 @@ public actor LocalSFURoomMember {
     public func unsubscribe(subscriptionId: String) async throws {
         let result = try await channel.call("unsubscribe", ["subscriptionId": .string(subscriptionId)])
         subscribed[subscriptionId] = nil
+        let media = self.media
+        try await worker.perform { _ in media.value.dropDataInbox(subscriptionId) }
         if let ssrc = subscriptionSsrcs.removeValue(forKey: subscriptionId) {
             let media = self.media
             try await worker.perform { _ in
@@ -445,6 +440,8 @@ public actor LocalSFURoomMember {
             let remote = try ClientSdp.remoteTransport(of: offer)
             try await worker.perform { _ in media.value.recv?.setRemote(remote, dtlsRole: .client) }
         }
+        // Our SCTP association exists before the server's INIT can come.
+        try await enableReceivedData(streams)
         try await channel.call("answer", ["memberId": .string(id), "answer": ["type": "answer", "sdp": .string(answer)]])
         return streams
     }
@@ -498,7 +495,7 @@ public actor LocalSFURoomMember {
     }
 
     /// Waits (up to 15 s) until a connection's DTLS is up.
-    private func waitConnected(send: Bool) async throws {
+    func waitConnected(send: Bool) async throws {
         let media = self.media
         for _ in 0..<1500 {
             let state = try await worker.perform { _ in (send ? media.value.send : media.value.recv)?.state }
@@ -542,6 +539,7 @@ public actor LocalSFURoomMember {
             media.value.recv?.close()
             for c in media.value.collectors.values { c.finish() }
             media.value.collectors.removeAll()
+            media.value.finishData()
         }
         channel.close()
         eventSink.finish()

@@ -111,6 +111,10 @@ final class MemberMedia {
     var recv: ClientConnection?
     var recvDemux = InboundDemux()
     var collectors: [UInt32: PacketCollector] = [:]
+    /// Data subscriptions waiting for or holding the server's channel, by subscription id (the
+    /// channel's label), and the same by the channel's stream once it opened.
+    var dataInboxes: [String: DataInbox] = [:]
+    var dataByStream: [UInt16: DataInbox] = [:]
     /// The server's latest receiver report on what it got of our streams: the worst fraction
     /// lost (0...255) and how many reports came.
     var reportedFractionLost: UInt8 = 0

@@ -18,8 +18,20 @@ public enum ClientError: Error, Sendable, CustomStringConvertible {
     case badResponse(String)
     case transport(String)
     case timeout(String)
+    /// A data message longer than the server takes (its `a=max-message-size`,
+    /// `rooms.data.maxMessageBytes`): not sent.
+    case dataMessageTooLarge(size: Int, max: Int)
+    /// A write on a data stream that is not published (yet, or any more).
+    case dataStreamNotOpen
+    /// The data channel's send buffer is full (the server is not taking messages as fast as
+    /// they are written): not sent.
+    case dataBufferFull
     public var description: String {
         switch self {
+        case .dataMessageTooLarge(let size, let max):
+            return "a data message of \(size) bytes is larger than the server takes (\(max) bytes, rooms.data.maxMessageBytes)"
+        case .dataStreamNotOpen: return "the data stream is not published (its data channel is not open)"
+        case .dataBufferFull: return "the data channel's send buffer is full; the message was not sent"
         case .connectionClosed(let s): return "the signaling connection closed: \(s)"
         case .badResponse(let s): return "the server sent a response the client cannot use: \(s)"
         case .transport(let s): return "media transport failed: \(s)"

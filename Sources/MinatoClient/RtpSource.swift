@@ -117,19 +117,32 @@ public final class SyntheticVideoSource: RtpSource, @unchecked Sendable {
     }
 }
 
-/// Synthetic Opus audio: one packet of `packetSize` bytes every 20 ms.
-public final class SyntheticAudioSource: RtpSource, @unchecked Sendable {
+/// A source whose packets carry the RFC 6464 audio level (`ssrc-audio-level`) in a one-byte
+/// header extension with this id: its publication offers the extension (the server reads the
+/// levels for active speakers and forward-loudest-N).
+public protocol AudioLevelSource {
+    var audioLevelExtensionId: UInt8? { get }
+}
+
+/// Synthetic Opus audio: one packet of `packetSize` bytes every 20 ms; with `audioLevel`
+/// (0 loudest ... 127 silence, -dBov) each packet carries that level in the RFC 6464 header
+/// extension (id `SyntheticAudioSource.levelExtensionId`), voice bit set below 127.
+public final class SyntheticAudioSource: RtpSource, AudioLevelSource, @unchecked Sendable {
     public let codec: RtpCodec
     public let pollIntervalMilliseconds: UInt32 = 5
     public let packetSize: Int
+    public let audioLevel: UInt8?
+    public static let levelExtensionId: UInt8 = 1
+    public var audioLevelExtensionId: UInt8? { audioLevel == nil ? nil : Self.levelExtensionId }
     public private(set) var packetsSent: UInt64 = 0
     private var sequence = UInt16.random(in: 0...UInt16.max)
     private var timestamp = UInt32.random(in: 0...UInt32.max)
     private var counter: UInt32 = 0
     private var nextAt: UInt64 = 0
 
-    public init(packetSize: Int = 100, codec: RtpCodec = .opus) {
-        self.packetSize = max(12 + 1 + PayloadStamp.length, packetSize)
+    public init(packetSize: Int = 100, codec: RtpCodec = .opus, audioLevel: UInt8? = nil) {
+        self.audioLevel = audioLevel.map { min($0, 127) }
+        self.packetSize = max(12 + (audioLevel == nil ? 0 : 8) + 1 + PayloadStamp.length, packetSize)
         self.codec = codec
     }
 
@@ -146,8 +159,19 @@ public final class SyntheticAudioSource: RtpSource, @unchecked Sendable {
                                           timestamp: timestamp, ssrc: 0)
             sequence &+= 1
             timestamp &+= 960
-            base.storeBytes(of: 0xFC, toByteOffset: 12, as: UInt8.self)   // Opus TOC: CELT FB 20 ms, 1 frame
-            PayloadStamp.write(into: base + 13, counter: counter, sentAt: now)
+            var p = 12
+            if let level = audioLevel {
+                // RFC 8285 one-byte header: 0xBEDE, one word; the element (id, length 1 - 1),
+                // then V and the level (RFC 6464), then two padding bytes.
+                base.storeBytes(of: base.load(as: UInt8.self) | 0x10, as: UInt8.self)
+                base.storeBytes(of: UInt32(0xBEDE_0001).bigEndian, toByteOffset: 12, as: UInt32.self)
+                base.storeBytes(of: Self.levelExtensionId << 4, toByteOffset: 16, as: UInt8.self)
+                base.storeBytes(of: level < 127 ? 0x80 | level : level, toByteOffset: 17, as: UInt8.self)
+                base.storeBytes(of: UInt16(0), toByteOffset: 18, as: UInt16.self)
+                p = 20
+            }
+            base.storeBytes(of: 0xFC, toByteOffset: p, as: UInt8.self)   // Opus TOC: CELT FB 20 ms, 1 frame
+            PayloadStamp.write(into: base + p + 1, counter: counter, sentAt: now)
             counter &+= 1
             packetsSent &+= 1
             emit(packetSize)

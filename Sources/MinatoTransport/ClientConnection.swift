@@ -49,7 +49,11 @@ public final class ClientConnection {
     private var pending: IceAgent?
     /// Agents replaced or failed, freed on the next tick (never inside their own callbacks).
     private var retired: [IceAgent] = []
-    private let secure: SecureTransport
+    let secure: SecureTransport
+    /// The SCTP association and data channels, once `enableData` made them.
+    var data: ClientDataChannels?
+    /// Called on the worker thread with what the data channels report (`enableData`).
+    public var onDataEvent: ((ClientDataEvent) -> Void)?
     /// TURN servers every agent of this connection allocates a relayed candidate on.
     private let relays: [IceRelay]
     /// Whether the current agent (or, during a restart, the restart's agent) knows all its
@@ -160,6 +164,9 @@ public final class ClientConnection {
     /// Closes DTLS (close_notify goes out first) and frees the agent; no callback fires afterwards.
     public func close() {
         guard state != .closed else { return }
+        data?.association.close()
+        data = nil
+        onDataEvent = nil
         secure.close()
         sendHandshake()
         ice?.close(context: core.context)
@@ -223,7 +230,9 @@ public final class ClientConnection {
         switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
         case .rtp: onPacket?(datagram, false)
         case .rtcp: onPacket?(datagram, true)
-        case .dtls: apply(secure.receiveDtls(UnsafeRawBufferPointer(datagram)))
+        case .dtls:
+            apply(secure.receiveDtls(UnsafeRawBufferPointer(datagram)))
+            if data != nil { pumpData() }
         case .stun, .unknown: break
         }
     }
@@ -234,9 +243,10 @@ public final class ClientConnection {
             retired = []
         }
         apply(secure.handleTimeout(now: monotonicNow()))
+        if data != nil { pumpData() }
     }
 
-    private func sendHandshake() {
+    func sendHandshake() {
         while let d = secure.pollDatagram() {
             guard let ice else { continue }
             _ = d.withUnsafeBytes { b in b.baseAddress.map { ice.send($0, length: b.count) } }
@@ -259,6 +269,10 @@ public final class ClientConnection {
     private func setState(_ new: State) {
         guard new != state else { return }
         state = new
+        if new == .connected, let data {
+            data.association.connect()
+            pumpData()
+        }
         onStateChange?(new)
     }
 }

@@ -19,6 +19,9 @@ public struct DataLimits: Sendable, Equatable {
 public enum DataDropReason: Int, CaseIterable, Sendable {
     case rateLimited, messageTooLarge, unboundChannel, publicationDisabled, bufferFull, bufferOverflow
     case invalidDcep, unsupportedPpid, sendFailed
+    /// A subscription whose channel is not open yet (its association is not up, or the server's
+    /// DATA_CHANNEL_OPEN has not gone out): it gets the messages from when its channel opens.
+    case channelNotOpen
 
     public var name: String {
         switch self {
@@ -31,6 +34,7 @@ public enum DataDropReason: Int, CaseIterable, Sendable {
         case .invalidDcep: return "invalid_dcep"
         case .unsupportedPpid: return "unsupported_ppid"
         case .sendFailed: return "send_failed"
+        case .channelNotOpen: return "channel_not_open"
         }
     }
 }
@@ -182,7 +186,7 @@ final class DataRouter {
         var overflowed: [String] = []
         for sid in pub.subscriptions {
             guard let sub = subscriptions[sid], let stream = sub.stream, let out = endpoints[sub.transport],
-                  let ch = out.channels[stream] else { continue }
+                  let ch = out.channels[stream] else { drop(.channelNotOpen); continue }
             // Ordered until the peer acknowledged the channel (RFC 8832 6).
             let unordered = ch.acked && !sub.reliability.ordered
             switch out.association.send(stream: stream, ppid: ppid, bytes, unordered: unordered,

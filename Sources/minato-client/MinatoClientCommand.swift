@@ -9,7 +9,7 @@ struct MinatoClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "minato-client",
         abstract: "A bot on Minato's Swift client SDK.",
-        subcommands: [Loopback.self, Subscribe.self, Publish.self])
+        subcommands: [Loopback.self, Subscribe.self, Publish.self, DataCommand.self])
 }
 
 struct Common: ParsableArguments {

@@ -66,18 +66,22 @@ import MinatoWire
 
         """
 
-    @Test func answerReceivesFirstCodecKeepsInactiveAndRejectsDataChannels() throws {
+    @Test func answerReceivesFirstCodecKeepsInactiveAndAcceptsDataChannels() throws {
         let offer = try SessionDescription.parse(Self.serverOffer)
         let (text, streams) = ClientSdp.answer(to: offer, local: Self.local, sessionId: 9, version: 1, dtlsRole: .server)
         let answer = try SessionDescription.parse(text)
-        #expect(answer.bundleGroup == ["0", "1"])
+        #expect(answer.bundleGroup == ["0", "1", "2"])
         #expect(answer.media.map(\.mid) == ["0", "1", "2"])
         #expect(answer.media[0].direction == .recvonly && answer.media[0].payloadTypes == [96])
         #expect(answer.media[0].rtcpFeedback(for: 96) == ["nack pli"])   // transport-cc, rtx declined
         #expect(answer.media[0].setup == "passive")
         #expect(answer.media[1].direction == .inactive)
-        #expect(answer.media[2].port == 0)
-        #expect(streams.map(\.rejected) == [false, false, true])
+        // The data section: accepted with our SCTP port and message size, same transport.
+        #expect(SdpData.isDataChannelSection(answer.media[2]) && answer.media[2].setup == "passive")
+        #expect(answer.media[2].attributes.firstValue(named: "sctp-port") == "5000")
+        #expect(answer.media[2].attributes.firstValue(named: "max-message-size") == String(clientMaxDataMessageBytes))
+        #expect(streams.map(\.rejected) == [false, false, false])
+        #expect(streams[2].kind == "application" && streams[2].sctpPort == 5000 && streams[2].maxMessageSize == nil)
         #expect(streams[0].ssrcs == [3333] && streams[0].codec?.encodingName == "VP8" && streams[0].direction == .sendonly)
         let active = try SessionDescription.parse(ClientSdp.answer(to: offer, local: Self.local, sessionId: 9, version: 1).sdp)
         #expect(active.media[0].setup == "active")
@@ -106,6 +110,15 @@ import MinatoWire
     }
 
     static func lines(_ text: String) -> [String] { text.split(separator: "\r\n").map(String.init) }
+
+    @Test func offerWithADataSectionBundlesIt() throws {
+        let tracks = [OfferedTrack(mid: "0", codec: .opus, ssrc: 1111, cname: "c"), OfferedTrack.data(mid: "1")]
+        let offer = try SessionDescription.parse(ClientSdp.offer(local: Self.local, tracks: tracks, sessionId: 7, version: 1))
+        #expect(offer.bundleGroup == ["0", "1"])
+        #expect(SdpData.isDataChannelSection(offer.media[1]) && offer.media[1].mid == "1")
+        #expect(offer.media[1].setup == "actpass" && SdpData.sctpPort(offer.media[1]) == 5000)
+        #expect(offer.media[1].attributes.firstValue(named: "ice-ufrag") == "uF1x")
+    }
 
     @Test func offerPinsTheImportantLines() throws {
         let tracks = [OfferedTrack(mid: "0", codec: .opus, ssrc: 1111, cname: "c"),

@@ -10,7 +10,10 @@ let benchSrtpProfiles = "SRTP_AEAD_AES_128_GCM:SRTP_AES128_CM_SHA1_80"
 
 func makeSources(_ scenario: Scenario, _ shape: LoadShape) -> [any CountingSource] {
     var s: [any CountingSource] = []
-    if scenario.audio { s.append(SyntheticAudioSource(packetSize: shape.audioPacketSize)) }
+    if scenario.audio {
+        s.append(SyntheticAudioSource(packetSize: shape.audioPacketSize + (scenario.audioLevels ? 8 : 0),
+                                      audioLevel: scenario.audioLevels ? 30 : nil))
+    }
     if scenario.video { s.append(SyntheticVideoSource(bitrate: shape.videoBitrate, fps: shape.fps, packetSize: shape.packetSize)) }
     return s
 }

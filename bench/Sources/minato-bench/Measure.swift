@@ -36,6 +36,8 @@ struct Window {
     var forwarded: UInt64?
     var rssMB: Double
     var subscribersWithoutPackets: Int
+    /// Packets the server left out on purpose (forward-loudest-N).
+    var leftOut: UInt64 = 0
 }
 
 /// Waits until every subscriber stream has delivered a packet (or `timeout`), then `settle`.
@@ -59,7 +61,8 @@ func warmUp(_ rig: Rig, timeout: Double = 30, settle: Double = 2) async throws -
 /// Measures one window: resets every counter, reads the server's CPU and (optionally) its
 /// forwarded-packet counter, waits `duration`, reads everything again.
 func measureWindow(_ rig: Rig, server: ServerProcess, duration: Double,
-                   forwardedCounter: (@Sendable () async -> UInt64?)?) async throws -> Window {
+                   forwardedCounter: (@Sendable () async -> UInt64?)?,
+                   leftOutCounter: (@Sendable () async -> UInt64?)? = nil) async throws -> Window {
     func sentTotal() async throws -> UInt64 {
         var total: UInt64 = 0
         for g in rig.groups {
@@ -70,6 +73,7 @@ func measureWindow(_ rig: Rig, server: ServerProcess, duration: Double,
         return total
     }
     let forwarded0 = await forwardedCounter?()
+    let leftOut0 = await leftOutCounter?() ?? 0
     for g in rig.groups { try await g.perform { for c in g.counters { c.resetWindow() } } }
     let sent0 = try await sentTotal()
     let cpu0 = server.cpuSeconds()
@@ -96,10 +100,12 @@ func measureWindow(_ rig: Rig, server: ServerProcess, duration: Double,
     }
     let elapsed = Date().timeIntervalSince(t0)
     let forwarded1 = await forwardedCounter?()
+    let leftOut1 = await leftOutCounter?() ?? 0
     var forwarded: UInt64?
     if let forwarded0, let forwarded1 { forwarded = forwarded1 &- forwarded0 }
     return Window(durationSec: elapsed, sent: sent1 &- sent0, received: received, cpuSeconds: cpu1 - cpu0,
-                  latenciesNs: latencies, forwarded: forwarded, rssMB: server.rssMB(), subscribersWithoutPackets: silent)
+                  latenciesNs: latencies, forwarded: forwarded, rssMB: server.rssMB(), subscribersWithoutPackets: silent,
+                  leftOut: leftOut1 &- leftOut0)
 }
 
 func percentile(_ sorted: [UInt64], _ p: Double) -> Double {
@@ -110,7 +116,8 @@ func percentile(_ sorted: [UInt64], _ p: Double) -> Double {
 
 func makeResult(scenario: Scenario, server: String, window w: Window, shape: LoadShape, setupSec: Double,
                 srtp: String) -> BenchResult {
-    let expected = Double(w.sent) * Double(scenario.fanOut)
+    // Packets forward-loudest-N left out on purpose are not lost.
+    let expected = Double(w.sent) * Double(scenario.fanOut) - Double(w.leftOut)
     let loss = expected > 0 ? max(0, (expected - Double(w.received)) / expected * 100) : 0
     let forwarded = w.forwarded ?? w.received
     let sorted = w.latenciesNs.sorted()
@@ -129,5 +136,6 @@ func makeResult(scenario: Scenario, server: String, window w: Window, shape: Loa
         forwardedSource: w.forwarded != nil ? "server counter" : "packets received by subscribers",
         latencySamples: sorted.count, srtpProfile: srtp, videoBitrate: shape.videoBitrate,
         setupSec: (setupSec * 10).rounded() / 10,
-        error: w.subscribersWithoutPackets > 0 ? "\(w.subscribersWithoutPackets) subscriber streams received nothing in the window" : nil)
+        leftOut: w.leftOut,
+        error: w.subscribersWithoutPackets > 0 && scenario.forwardLoudest == 0 ? "\(w.subscribersWithoutPackets) subscriber streams received nothing in the window" : nil)
 }

@@ -9,7 +9,7 @@ struct MinatoBench: AsyncParsableCommand {
         commandName: "minato-bench",
         abstract: "RTP load generator: R rooms x P publishers x S subscribers against Minato or Janus.",
         discussion: "Run it inside a loopback-only network namespace (bench/run.sh does), one server per namespace.",
-        subcommands: [Run.self, Report.self])
+        subcommands: [Run.self, Report.self, DataRun.self])
 }
 
 struct Run: AsyncParsableCommand {
@@ -53,6 +53,10 @@ struct Run: AsyncParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         for scenario in list {
+            if server == "janus", scenario.forwardLoudest > 0 {
+                progress("\(scenario.name): Minato only (Janus forwards every speaker)")
+                continue
+            }
             let shape = LoadShape(videoBitrate: videoBitrate ?? scenario.videoBitrate, fps: fps, packetSize: packetSize,
                                   audioPacketSize: audioPacketSize)
             progress("\(scenario.name) on \(server): starting")
@@ -85,6 +89,7 @@ struct Run: AsyncParsableCommand {
                 "MINATO_ROOMS_MAX_MEMBERS_PER_CONNECTION": "1000",
                 "MINATO_ROOMS_MAX_ROOMS_CREATED_PER_CONNECTION": "1000",
                 "MINATO_SERVER_MAX_IN_FLIGHT_REQUESTS": "1024",
+                "MINATO_ROOMS_AUDIO_FORWARD_LOUDEST": String(scenario.forwardLoudest),
             ], logPath: log)
             try await p.waitReady(url: "http://127.0.0.1:7880/readyz")
             return p
@@ -133,11 +138,16 @@ struct Run: AsyncParsableCommand {
             }
             rig = r
             progress("\(scenario.name) on \(self.server): set up in \(String(format: "%.1f", r.setupSec)) s; warming up")
-            _ = try await warmUp(r)
+            // With forward-loudest-N some streams never deliver: do not wait for them.
+            _ = try await warmUp(r, timeout: scenario.forwardLoudest > 0 ? 5 : 30)
             progress("\(scenario.name) on \(self.server): measuring \(Int(duration)) s")
             var counter: (@Sendable () async -> UInt64?)?
-            if self.server == "minato" { counter = { @Sendable in await minatoForwarded() } }
-            let window = try await measureWindow(r, server: s, duration: duration, forwardedCounter: counter)
+            var left: (@Sendable () async -> UInt64?)?
+            if self.server == "minato" {
+                counter = { @Sendable in await minatoCounter("minato_rtp_packets_forwarded_total") }
+                left = { @Sendable in await minatoCounter("minato_packets_dropped_total{reason=\"not_loudest\"}") }
+            }
+            let window = try await measureWindow(r, server: s, duration: duration, forwardedCounter: counter, leftOutCounter: left)
             let result = makeResult(scenario: scenario, server: self.server, window: window, shape: shape,
                                     setupSec: r.setupSec, srtp: "AEAD_AES_128_GCM (offered first; no AES-256-GCM)")
             progress("\(scenario.name) on \(self.server): tearing down")
@@ -166,12 +176,12 @@ func progress(_ line: String) {
     FileHandle.standardError.write(Data((line + "\n").utf8))
 }
 
-/// `minato_rtp_packets_forwarded_total` from Minato's /metrics.
-func minatoForwarded() async -> UInt64? {
+/// A counter from Minato's /metrics (`name` with its labels as the line starts), nil when absent.
+func minatoCounter(_ name: String) async -> UInt64? {
     guard let (status, data) = try? await httpRequest("http://127.0.0.1:7880/metrics", method: "GET", body: nil),
           status == 200 else { return nil }
     for line in String(decoding: data, as: UTF8.self).split(separator: "\n")
-    where line.hasPrefix("minato_rtp_packets_forwarded_total") {
+    where line.hasPrefix(name + " ") {
         if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return UInt64(v) }
     }
     return nil
@@ -222,6 +232,13 @@ func markdown(_ all: [BenchResult]) -> String {
               let j = all.first(where: { $0.scenario == scenario && $0.server == "janus" }),
               m.cpuMicrosPerForwardedPacket > 0, j.cpuMicrosPerForwardedPacket > 0 else { continue }
         ratios.append("- \(scenario): Janus uses \(f(j.cpuMicrosPerForwardedPacket / m.cpuMicrosPerForwardedPacket))× Minato's CPU per forwarded packet")
+    }
+    if let a = all.first(where: { $0.scenario == "audio-50" && $0.server == "minato" }),
+       let l = all.first(where: { $0.scenario == "audio-50-loudest-3" && $0.server == "minato" }),
+       a.forwardedPps > 0, a.serverCpuPercent > 0 {
+        ratios.append("- audio-50, 5 speaking, with rooms.audio.forwardLoudest 3: \(Int(l.forwardedPps)) instead of "
+            + "\(Int(a.forwardedPps)) packets/s out (\(f(100 * (1 - l.forwardedPps / a.forwardedPps), 0))% less egress), server CPU "
+            + "\(f(l.serverCpuPercent, 1))% instead of \(f(a.serverCpuPercent, 1))% (\(f(100 * (1 - l.serverCpuPercent / a.serverCpuPercent), 0))% less)")
     }
     if !ratios.isEmpty { lines += [""] + ratios }
     return lines.joined(separator: "\n") + "\n"

@@ -12,6 +12,11 @@ struct Scenario: Sendable, Codable {
     var audio: Bool
     /// Video bitrate per publisher (bit/s) unless `--video-bitrate` overrides it.
     var videoBitrate: Int = 4_000_000
+    /// Audio packets carry an RFC 6464 level (voiced, -30 dBov): every publisher speaks.
+    var audioLevels = false
+    /// Minato's `rooms.audio.forwardLoudest` for this scenario (0: all; Janus has no such
+    /// thing and skips a scenario that sets it).
+    var forwardLoudest = 0
 
     /// Subscribing members per room.
     var subscribers: Int { allToAll ? members : members - publishers }
@@ -26,8 +31,12 @@ struct Scenario: Sendable, Codable {
         // Ten people in a grid call: each sends 1 Mbit/s video (a grid tile) and audio.
         Scenario(name: "all-to-all-10", rooms: 1, members: 10, publishers: 10, allToAll: true, video: true, audio: true,
                  videoBitrate: 1_000_000),
-        // A 50-member audio room where 5 members speak (publish) and everyone listens.
-        Scenario(name: "audio-50", rooms: 1, members: 50, publishers: 5, allToAll: true, video: false, audio: true),
+        // A 50-member audio room where 5 members speak (publish) and everyone listens...
+        Scenario(name: "audio-50", rooms: 1, members: 50, publishers: 5, allToAll: true, video: false, audio: true,
+                 audioLevels: true),
+        // ...and the same with only the 3 loudest forwarded (Minato only): what it saves.
+        Scenario(name: "audio-50-loudest-3", rooms: 1, members: 50, publishers: 5, allToAll: true, video: false,
+                 audio: true, audioLevels: true, forwardLoudest: 3),
     ]
 
     static func named(_ name: String) -> Scenario? { matrix.first { $0.name == name } }
@@ -65,5 +74,7 @@ struct BenchResult: Sendable, Codable {
     var srtpProfile: String
     var videoBitrate: Int
     var setupSec: Double
+    /// Packets forward-loudest-N did not send (Minato's `not_loudest` drops; 0 without it).
+    var leftOut: UInt64? = nil
     var error: String?
 }
