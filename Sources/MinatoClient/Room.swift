@@ -411,7 +411,6 @@ public actor LocalSFURoomMember {
         let media = self.media
         try await worker.perform { _ in media.value.dropDataInbox(subscriptionId) }
         if let ssrc = subscriptionSsrcs.removeValue(forKey: subscriptionId) {
-            let media = self.media
             try await worker.perform { _ in
                 media.value.recvDemux.remove(ssrc: ssrc)
                 media.value.collectors.removeValue(forKey: ssrc)?.finish()

@@ -6,15 +6,17 @@ import MinatoTransport
 /// `minato-bench data`: data fan-out through Minato (issue 27), on the Swift SDK's data API in
 /// this process: one member publishes a reliable ordered `LocalDataStream`, `--subscribers`
 /// members subscribe, each message carries its index and send time (one clock: everyone is in
-/// this process). Two phases, each `--duration` s: messages offered at `--rate` a second
-/// (latency p50/p99 at that rate), then offered as fast as the publisher's channel takes them
-/// (messages a second each subscriber got). Prints and writes one JSON object.
+/// this process). One phase per rate of `--rates`, each `--duration` s, until a phase in which a
+/// subscriber got less than 99% of what was sent (a subscriber that cannot keep up is cut off
+/// by the server, `dataBufferOverflow`, and the run ends there): per phase the messages a
+/// second each subscriber got and the latency p50/p99. The capacity is the highest rate every
+/// subscriber got whole. Prints and writes a JSON array of the phases.
 struct DataRun: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "data", abstract: "Data-channel fan-out through Minato: latency and messages per second.")
     @Option(help: "Subscribers of the one data publication.") var subscribers = 10
-    @Option(help: "Messages offered per second in the latency phase.") var rate = 1000
+    @Option(help: "Messages offered per second, one phase per rate, in order.") var rates = "1000,2000,4000,8000,16000"
     @Option(help: "Bytes per message (at least 12).") var size = 1024
-    @Option(help: "Seconds per phase.") var duration = 10.0
+    @Option(help: "Seconds per phase.") var duration = 5.0
     @Option(help: "The minato executable.") var minatoBin = "../.build/release/minato"
     @Option(help: "Server logs go here.") var logDir = "../artifacts/bench"
     @Option(help: "Where the JSON object goes.") var out: String
@@ -50,7 +52,7 @@ struct DataRun: AsyncParsableCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             try encoder.encode(phases).write(to: URL(fileURLWithPath: out))
             for p in phases {
-                progress("data 1->\(subscribers) \(p.name): offered \(Int(p.offeredPerSec))/s, each subscriber "
+                progress("data 1->\(subscribers) \(p.name): sent \(Int(p.offeredPerSec))/s, each subscriber "
                     + "\(Int(p.perSubscriberPerSecMin))..\(Int(p.perSubscriberPerSecMax)) msg/s, latency p50 "
                     + "\(String(format: "%.2f", p.latencyP50Ms)) ms p99 \(String(format: "%.2f", p.latencyP99Ms)) ms, "
                     + "server CPU \(String(format: "%.1f", p.serverCpuPercent))%")
@@ -115,7 +117,8 @@ struct DataRun: AsyncParsableCommand {
         try await Task.sleep(for: .seconds(1))   // every subscriber's channel is open
         var index = 0
         var phases: [Phase] = []
-        for (name, offered) in [("steady", rate), ("max", 0)] {
+        for offered in rates.split(separator: ",").compactMap({ Int($0) }) where offered > 0 {
+            let name = "\(offered)/s"
             for t in tallies { _ = t.take() }
             let cpu0 = server.cpuSeconds()
             let start = monotonicNow()
@@ -123,11 +126,9 @@ struct DataRun: AsyncParsableCommand {
             var sent = 0, waits = 0
             var message = [UInt8](repeating: 0, count: max(12, size))
             while monotonicNow() < end {
-                if offered > 0 {
-                    let due = start + UInt64(sent) * 1_000_000_000 / UInt64(offered)
-                    let now = monotonicNow()
-                    if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
-                }
+                let due = start + UInt64(sent) * 1_000_000_000 / UInt64(offered)
+                let now = monotonicNow()
+                if due > now { try await Task.sleep(for: .nanoseconds(Int(due - now))) }
                 let i = index
                 for k in 0..<4 { message[k] = UInt8(truncatingIfNeeded: i >> (24 - 8 * k)) }
                 let t = monotonicNow()
@@ -147,13 +148,14 @@ struct DataRun: AsyncParsableCommand {
             let taken = tallies.map { $0.take() }
             let all = taken.flatMap(\.latencies).sorted()
             let counts = taken.map(\.count)
-            phases.append(Phase(name: name, offeredPerSec: offered > 0 ? Double(offered) : Double(sent) / elapsed, sent: sent,
+            phases.append(Phase(name: name, offeredPerSec: Double(sent) / elapsed, sent: sent,
                                 waitsForBufferRoom: waits, receivedMin: counts.min() ?? 0, receivedMax: counts.max() ?? 0,
                                 perSubscriberPerSecMin: Double(counts.min() ?? 0) / elapsed,
                                 perSubscriberPerSecMax: Double(counts.max() ?? 0) / elapsed,
                                 latencyP50Ms: percentile(all, 0.5), latencyP99Ms: percentile(all, 0.99),
                                 outOfOrder: taken.map(\.outOfOrder).reduce(0, +),
                                 serverCpuPercent: 100 * cpu / (elapsed + 2), serverRssMB: server.rssMB()))
+            if Double(counts.min() ?? 0) < 0.99 * Double(sent) { break }
         }
         for r in readers { r.cancel() }
         for m in members { try? await m.leave() }
