@@ -17,6 +17,7 @@ struct DataRun: AsyncParsableCommand {
     @Option(help: "Messages offered per second, one phase per rate, in order.") var rates = "1000,2000,4000,8000,16000"
     @Option(help: "Bytes per message (at least 12).") var size = 1024
     @Option(help: "Seconds per phase.") var duration = 5.0
+    @Option(help: "Client worker threads the subscribers are spread over (the publisher has its own; on 2 cores more than one competes with the server).") var subscriberThreads = 1
     @Option(help: "The minato executable.") var minatoBin = "../.build/release/minato"
     @Option(help: "Server logs go here.") var logDir = "../artifacts/bench"
     @Option(help: "Where the JSON object goes.") var out: String
@@ -87,10 +88,12 @@ struct DataRun: AsyncParsableCommand {
 
     func measure(_ server: ServerProcess) async throws -> [Phase] {
         let options = Context.Options(url: "ws://127.0.0.1:7880/ws")
-        let contexts = [try await Context.setup(options), try await Context.setup(options)]
+        var contexts = [try await Context.setup(options)]
+        for _ in 0..<max(1, subscriberThreads) { contexts.append(try await Context.setup(options)) }
         defer { for c in contexts { c.dispose() } }
         let room = try await SFURoom.create(contexts[0], name: "bench-data-\(UInt16.random(in: 0...UInt16.max))")
-        let subscriberRoom = try await SFURoom.find(contexts[1], id: room.id)
+        var subscriberRooms: [SFURoom] = []
+        for c in contexts.dropFirst() { subscriberRooms.append(try await SFURoom.find(c, id: room.id)) }
         let publisher = try await room.join(name: "pub", keepaliveIntervalSec: 60)
         let stream = LocalDataStream()
         let publication = try await publisher.publish(stream)
@@ -98,7 +101,7 @@ struct DataRun: AsyncParsableCommand {
         var readers: [Task<Void, Never>] = []
         var members: [LocalSFURoomMember] = [publisher]
         for s in 0..<subscribers {
-            let m = try await subscriberRoom.join(name: "sub\(s)", keepaliveIntervalSec: 60)
+            let m = try await subscriberRooms[s % subscriberRooms.count].join(name: "sub\(s)", keepaliveIntervalSec: 60)
             members.append(m)
             let sub = try await m.subscribe(publicationId: publication.id)
             guard let messages = try await m.dataMessages(of: sub) else { throw ValidationError("no data stream") }
