@@ -116,26 +116,6 @@ extension MemberMedia {
 }
 
 extension LocalSFURoomMember {
-    /// The send connection's local parameters, making the connection first if there is none
-    /// (with TURN relays, once its relayed candidates are gathered).
-    func sendConnection() async throws -> LocalTransportParameters {
-        let media = self.media
-        let profiles = room.context.options.srtpProfiles, relays = self.relays
-        let (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
-            if let c = media.value.send { return (c.local, false) }
-            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
-            media.value.send = c
-            media.value.sendDemux.attach(to: c)
-            media.value.sendDemux.onRtcp = { rtcp in
-                for o in media.value.outbound.values { o.feedback(rtcp) }
-                media.value.readReports(rtcp)
-            }
-            return (c.local, true)
-        }
-        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(.send) { return gathered }
-        return local
-    }
-
     /// Publishes a data stream (`contentType: "data"`): the send connection gets its data
     /// section (once), the server answers, the SCTP association comes up and the stream's
     /// channel opens; then `stream.write` sends. Returns when the channel is open (up to 10 s).
@@ -143,7 +123,7 @@ extension LocalSFURoomMember {
     public func publish(_ stream: LocalDataStream, options: PublicationOptions = PublicationOptions()) async throws -> RoomPublication {
         guard stream.binding.withLock({ $0 }) == nil else { throw ClientError.badResponse("this data stream is published already") }
         let media = self.media
-        let local = try await sendConnection()
+        let local = try await connection(.send).local
         let firstNegotiation = tracks.isEmpty
         var addedSection = false
         let mid: String
@@ -191,19 +171,13 @@ extension LocalSFURoomMember {
             return c.openDataChannel(label: label, reliability: reliability)
         }
         guard let streamId = opened else { throw ClientError.transport("no data channel could be opened") }
-        for _ in 0..<1000 {
-            let open = try await worker.perform { _ in media.value.send?.dataChannelIsOpen(stream: streamId) ?? false }
-            if open {
-                let connection = try await worker.perform { _ -> WorkerBound<ClientConnection>? in media.value.send.map(WorkerBound.init) }
-                guard let connection else { break }
-                stream.binding.withLock {
-                    $0 = LocalDataStream.Binding(worker: worker, connection: connection, stream: streamId, maxMessageBytes: maxMessage)
-                }
-                return RoomPublication(publication: publication, mid: mid, ssrc: 0)
-            }
-            try await Task.sleep(for: .milliseconds(10))
+        try await waitOnWorker("the data channel to open") { _ in media.value.send?.dataChannelIsOpen(stream: streamId) ?? false }
+        let connection = try await worker.perform { _ -> WorkerBound<ClientConnection>? in media.value.send.map(WorkerBound.init) }
+        guard let connection else { throw ClientError.dataStreamNotOpen }
+        stream.binding.withLock {
+            $0 = LocalDataStream.Binding(worker: worker, connection: connection, stream: streamId, maxMessageBytes: maxMessage)
         }
-        throw ClientError.timeout("the data channel did not open in 10 s")
+        return RoomPublication(publication: publication, mid: mid, ssrc: 0)
     }
 
     /// A data subscription is coming: its messages wait in an inbox for the server's channel.
@@ -216,11 +190,20 @@ extension LocalSFURoomMember {
     /// server forwards a publication's messages to a subscription from when it is open.
     func waitDataOpen(_ subscriptionId: String) async throws {
         let media = self.media
-        for _ in 0..<1000 {
-            if try await worker.perform({ _ in media.value.dataInboxes[subscriptionId]?.open ?? false }) { return }
+        try await waitOnWorker("the server's data channel for subscription \(subscriptionId) to open") { _ in
+            media.value.dataInboxes[subscriptionId]?.open ?? false
+        }
+    }
+
+    /// Checks `condition` on the worker every 10 ms until it holds; throws `ClientError.timeout`
+    /// naming `what` after `seconds`.
+    func waitOnWorker(_ what: String, seconds: Int = 10,
+                      _ condition: @escaping @Sendable (ClientWorkerCore) -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while try await !worker.perform(condition) {
+            guard ContinuousClock.now < deadline else { throw ClientError.timeout("waiting for \(what) (\(seconds) s)") }
             try await Task.sleep(for: .milliseconds(10))
         }
-        throw ClientError.timeout("the server's data channel for subscription \(subscriptionId) did not open in 10 s")
     }
 
     /// The receive connection's answer accepted a data section: its SCTP association (once).

@@ -94,6 +94,32 @@ extension LocalSFURoomMember {
 
     /// With relays, waits until `side`'s newest agent knows its candidates (the relayed ones take
     /// round trips to the TURN server), at most `relayGatherTimeout`; returns its parameters then.
+    /// The local parameters of the member's send or receive connection, making it first if
+    /// there is none (`isNew`): wired to its demux (the send side's RTCP to the outbound streams
+    /// and the loss reports); with TURN relays, once its relayed candidates are gathered.
+    func connection(_ side: ConnectionSide) async throws -> (local: LocalTransportParameters, isNew: Bool) {
+        let media = self.media
+        let profiles = room.context.options.srtpProfiles, relays = self.relays
+        let (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
+            if let c = side == .send ? media.value.send : media.value.recv { return (c.local, false) }
+            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
+            if side == .send {
+                media.value.send = c
+                media.value.sendDemux.attach(to: c)
+                media.value.sendDemux.onRtcp = { rtcp in
+                    for o in media.value.outbound.values { o.feedback(rtcp) }
+                    media.value.readReports(rtcp)
+                }
+            } else {
+                media.value.recv = c
+                media.value.recvDemux.attach(to: c)
+            }
+            return (c.local, true)
+        }
+        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(side) { return (gathered, true) }
+        return (local, isNew)
+    }
+
     func gatheredLocal(_ side: ConnectionSide) async throws -> LocalTransportParameters? {
         let media = self.media
         let deadline = ContinuousClock.now + room.context.options.relayGatherTimeout

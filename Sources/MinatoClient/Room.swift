@@ -308,7 +308,7 @@ public actor LocalSFURoomMember {
     /// server, and starts pulling packets from the source on the worker thread.
     public func publish<S: RtpSource & Sendable>(_ source: S, options: PublicationOptions = PublicationOptions()) async throws -> RoomPublication {
         let media = self.media
-        let local = try await sendConnection()
+        let local = try await connection(.send).local
         let mid = String(tracks.count)
         var track = OfferedTrack(mid: mid, codec: source.codec, ssrc: UInt32.random(in: 1...UInt32.max), cname: cname)
         track.audioLevelExtensionId = (source as? any AudioLevelSource)?.audioLevelExtensionId
@@ -424,15 +424,7 @@ public actor LocalSFURoomMember {
     private func applyServerOffer(_ sdp: String) async throws -> [ClientSdp.OfferedStream] {
         let offer = try SessionDescription.parse(sdp)
         let media = self.media
-        let profiles = room.context.options.srtpProfiles, relays = self.relays
-        var (local, isNew) = try await worker.perform { core -> (LocalTransportParameters, Bool) in
-            if let c = media.value.recv { return (c.local, false) }
-            let c = try core.makeConnection(srtpProfiles: profiles, relays: relays)
-            media.value.recv = c
-            media.value.recvDemux.attach(to: c)
-            return (c.local, true)
-        }
-        if isNew, !relays.isEmpty, let gathered = try await gatheredLocal(.recv) { local = gathered }
+        let (local, isNew) = try await connection(.recv)
         recvVersion += 1
         let (answer, streams) = ClientSdp.answer(to: offer, local: local, sessionId: sessionId &+ 1, version: recvVersion)
         if isNew {

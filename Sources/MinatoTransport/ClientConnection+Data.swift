@@ -43,9 +43,8 @@ final class ClientDataChannels {
     var channels: [UInt16: Channel] = [:]
     /// Ours, opened before the association was up: their DATA_CHANNEL_OPEN goes out when it is.
     var unsent: [UInt16] = []
-    /// Stream ids this end used (not reused while the connection lives).
+    /// Stream ids in use or used before, by either end (not reused while the connection lives).
     var used: Set<UInt16> = []
-    var wasUp = false
 
     init(association: SctpAssociation) { self.association = association }
 }
@@ -83,9 +82,8 @@ extension ClientConnection {
     /// up). Returns its stream id, nil without `enableData` or a free stream id.
     public func openDataChannel(label: String, protocol: String = "", reliability: Dcep.Reliability) -> UInt16? {
         guard let data else { return nil }
-        let start: UInt16 = secure.dtlsRoleInUse == .server || secure.dtlsRole == .server ? 1 : 0
-        var stream = start
-        while data.used.contains(stream) || data.channels[stream] != nil {
+        var stream: UInt16 = (secure.dtlsRoleInUse ?? secure.dtlsRole) == .server ? 1 : 0
+        while data.used.contains(stream) {
             guard stream < 1022 else { return nil }
             stream += 2
         }
@@ -149,7 +147,6 @@ extension ClientConnection {
         guard let data else { return }
         switch event {
         case .up:
-            data.wasUp = true
             onDataEvent?(.up)
         case .down:
             onDataEvent?(.down)

@@ -130,6 +130,11 @@ class SineAudioTrack(MediaStreamTrack):
         self.sample_rate = 48000
         self.samples = int(AUDIO_PTIME * self.sample_rate)
 
+    def _pcm(self, t0: int) -> bytes:
+        """The frame starting at sample `t0` (s16 mono); subclasses shape it."""
+        k = 2 * math.pi * self.frequency / self.sample_rate
+        return array("h", (int(self.amplitude * math.sin(k * (t0 + i))) for i in range(self.samples))).tobytes()
+
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
@@ -142,10 +147,8 @@ class SineAudioTrack(MediaStreamTrack):
             if wait > 0:
                 await asyncio.sleep(wait)     # pacing: the audio clock (20 ms frames in real time)
         t0 = self._timestamp
-        k = 2 * math.pi * self.frequency / self.sample_rate
-        pcm = array("h", (int(self.amplitude * math.sin(k * (t0 + i))) for i in range(self.samples)))
         frame = av.AudioFrame(format="s16", layout="mono", samples=self.samples)
-        frame.planes[0].update(pcm.tobytes())
+        frame.planes[0].update(self._pcm(t0))
         frame.pts = t0
         frame.sample_rate = self.sample_rate
         frame.time_base = fractions.Fraction(1, self.sample_rate)
@@ -175,36 +178,17 @@ class ScheduledToneTrack(SineAudioTrack):
         t = now - t0
         return next((i for i, (a, b) in enumerate(self.schedule) if a <= t < b), None)
 
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.time()
-            self._timestamp = 0
-        else:
-            self._timestamp += self.samples
-            wait = self._start + (self._timestamp / self.sample_rate) - time.time()
-            if wait > 0:
-                await asyncio.sleep(wait)     # pacing: the audio clock (20 ms frames in real time)
+    def _pcm(self, t0: int) -> bytes:
         now = time.monotonic()
         i = self._interval(now)
-        t0 = self._timestamp
         if i is None:
-            pcm = numpy.zeros(self.samples, dtype=numpy.int16)
-        else:
-            self.voiced_at.setdefault(i, now)
-            self.voiced_frames += 1
-            n = numpy.arange(t0, t0 + self.samples)
-            # Syllables: the amplitude swells and fades four times a second, never below half.
-            env = 0.55 + 0.45 * numpy.abs(numpy.sin(2 * math.pi * 2.0 * n / self.sample_rate))
-            pcm = (self.amplitude * env * numpy.sin(2 * math.pi * self.frequency * n / self.sample_rate)).astype(numpy.int16)
-        frame = av.AudioFrame(format="s16", layout="mono", samples=self.samples)
-        frame.planes[0].update(pcm.tobytes())
-        frame.pts = t0
-        frame.sample_rate = self.sample_rate
-        frame.time_base = fractions.Fraction(1, self.sample_rate)
-        self.frames_sent += 1
-        return frame
+            return numpy.zeros(self.samples, dtype=numpy.int16).tobytes()
+        self.voiced_at.setdefault(i, now)
+        self.voiced_frames += 1
+        n = numpy.arange(t0, t0 + self.samples)
+        # Syllables: the amplitude swells and fades four times a second, never below half.
+        env = 0.55 + 0.45 * numpy.abs(numpy.sin(2 * math.pi * 2.0 * n / self.sample_rate))
+        return (self.amplitude * env * numpy.sin(2 * math.pi * self.frequency * n / self.sample_rate)).astype(numpy.int16).tobytes()
 
 
 class VideoSink:
