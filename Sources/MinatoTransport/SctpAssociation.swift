@@ -16,10 +16,10 @@ final class SctpStack: Sendable {
     static let shared = SctpStack()
 
     /// Outboxes by association address (the `sconn_addr` usrsctp hands back to `sctpOutput`).
-    private let outboxes = Mutex<[UInt: SctpOutbox]>([:])
+    private let outboxes = Locked<[UInt: SctpOutbox]>([:])
     private let nextAddress = Atomic<UInt>(1)
     /// When usrsctp's clock was last advanced (monotonic ns), and the sub-millisecond rest.
-    private let lastTimers = Mutex<UInt64>(0)
+    private let lastTimers = Locked<UInt64>(0)
 
     /// How often a worker with associations advances usrsctp's timers.
     static let tick: UInt64 = 10_000_000
@@ -69,7 +69,7 @@ final class SctpStack: Sendable {
 final class SctpOutbox: Sendable {
     static let maxBytes = 4 << 20
     private struct State { var packets: [[UInt8]] = []; var bytes = 0; var dropped: UInt64 = 0 }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func append(_ packet: UnsafeRawBufferPointer) {
         state.withLock { s in
