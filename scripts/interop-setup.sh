@@ -15,6 +15,8 @@
 #    disabled, see below),
 #  - Debian's `coturn` (`turnserver`): the TURN server of test_turn.py, which starts its own in a
 #    network namespace (Minato embeds none; the system coturn service is left disabled, see below),
+#  - `gstreamer1.0-tools` (gst-launch-1.0, the recorder the server runs) and Debian's `ffmpeg`
+#    (ffprobe and ffmpeg check the recorded files in test_recording.py),
 #  - the venv .venv-interop/ at the repo root with Tests/interop/requirements.txt installed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,7 +40,7 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
 # WHIP/WHEP peers: simple-whip-client and a GStreamer webrtcbin player run by /usr/bin/python3.
 for pkg in simple-whip-client gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad \
            gstreamer1.0-nice gstreamer1.0-libav python3-gi gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 \
-           gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1; do
+           gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1 gstreamer1.0-tools ffmpeg; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 command -v cc >/dev/null 2>&1 || need+=(gcc)

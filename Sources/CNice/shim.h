@@ -1,1 +1,2 @@
 #include <agent.h>
+#include <glib-unix.h>

@@ -92,6 +92,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case srtpUnprotectFailed
     /// Neither RTP, RTCP nor DTLS (RFC 7983 first byte), or STUN libnice did not consume.
     case unknownPacket
+    /// On a plain RTP egress transport: a datagram that is not RTCP from its remote address.
+    case plainUnexpected
     // Send side.
     /// Queued for a transport that closed before the flush.
     case transportClosed
@@ -127,6 +129,7 @@ public enum DropReason: Int, CaseIterable, Sendable {
         case .noSrtpSession: return "no_srtp_session"
         case .srtpUnprotectFailed: return "srtp_unprotect_failed"
         case .unknownPacket: return "unknown_packet"
+        case .plainUnexpected: return "plain_unexpected"
         case .transportClosed: return "transport_closed"
         case .srtpProtectFailed: return "srtp_protect_failed"
         case .iceNotConnected: return "ice_not_connected"

@@ -50,6 +50,8 @@ public struct RoomConfiguration: Sendable {
     public var iceServers = IceServerConfiguration()
     /// Data channels (`rooms.data.*`): message size, per-transport buffer, per-member rate.
     public var data = DataLimits()
+    /// Recordings (`recording.*`, Recording.swift).
+    public var recording = RecordingConfiguration()
     /// Longest `iceCandidate` line accepted, in bytes.
     public static let maxCandidateLineBytes = 1024
     /// Longest room password accepted, in bytes.

@@ -47,6 +47,9 @@ public actor RoomService {
     /// New WHIP/WHEP sessions per client address (`whip.maxNewSessionsPerSecPerAddress`).
     lazy var sessionStarts = AddressRateLimiter(perSecond: configuration.maxNewMediaSessionsPerSecPerAddress)
     var nextWaiterToken: UInt64 = 0
+    /// Recordings, running and ended (the newest `RecordingConfiguration.keptEnded` ended ones
+    /// are kept for listing), in start order (RoomService+Recording.swift).
+    var recordings: [Recording] = []
     /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
     var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
 

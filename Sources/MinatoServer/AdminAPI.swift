@@ -105,6 +105,28 @@ struct AdminAPI: Sendable {
                 }
             }
         }
+        v1.post("/rooms/:roomId/recordings") { r, c in
+            try await guarded(r, status: .created) {
+                let body = try await jsonBody(r, c)
+                var ids: [String]?
+                if let v = body["publicationIds"] {
+                    guard case .array(let list) = v, list.count <= 2, let names = Optional(list.compactMap(\.stringValue)),
+                          names.count == list.count else {
+                        throw RoomError.invalidParameter("\"publicationIds\" must be an array of at most 2 strings.")
+                    }
+                    ids = names
+                }
+                return try await rooms.adminStartRecording(try param(c, "roomId"), memberId: try string(body, "memberId"), publicationIds: ids)
+            }
+        }
+        v1.get("/rooms/:roomId/recordings") { r, c in try await guarded(r) { try await rooms.adminRecordings(try param(c, "roomId")) } }
+        v1.get("/rooms/:roomId/recordings/:recordingId") { r, c in
+            try await guarded(r) { try await rooms.adminRecording(try param(c, "roomId"), try param(c, "recordingId")) }
+        }
+        v1.delete("/rooms/:roomId/recordings/:recordingId") { r, c in
+            try await guarded(r) { try await rooms.adminStopRecording(try param(c, "roomId"), try param(c, "recordingId")) }
+        }
+        v1.get("/recordings") { r, _ in try await guarded(r) { try await rooms.adminRecordings(nil) } }
         v1.get("/rooms/:roomId/subscriptions") { r, c in try await guarded(r) { try await rooms.adminSubscriptions(try param(c, "roomId")) } }
         v1.delete("/rooms/:roomId/subscriptions/:subscriptionId") { r, c in
             try await guarded(r) { try await rooms.adminCancelSubscription(try param(c, "roomId"), try param(c, "subscriptionId")) }

@@ -377,6 +377,19 @@ struct ConfigKey: Sendable {
         .int("rooms.data.maxBufferedBytes", 65536...(1 << 28), { $0.rooms.data.maxBufferedBytes }) { $0.rooms.data.maxBufferedBytes = $1 },
         .int("rooms.data.maxMessagesPerSec", 1...1_000_000, { $0.rooms.data.maxMessagesPerSec }) { $0.rooms.data.maxMessagesPerSec = $1 },
         .int("rooms.data.maxChannelsPerTransport", 2...1024, { $0.rooms.data.maxChannelsPerTransport }) { $0.rooms.data.maxChannelsPerTransport = $1 },
+        ConfigKey(path: "recording.directory", value: { $0.rooms.recording.directory }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard !v.isEmpty, !v.utf8.contains(0) else { throw ConfigurationError(message: "\(s): a directory path is needed") }
+            c.rooms.recording.directory = v
+        },
+        .int("recording.maxConcurrent", 0...1000, { $0.rooms.recording.maxConcurrent }) { $0.rooms.recording.maxConcurrent = $1 },
+        .int("recording.maxDurationSec", 1...(7 * 86_400), { $0.rooms.recording.maxDurationSec }) { $0.rooms.recording.maxDurationSec = $1 },
+        .int("recording.minFreeBytes", 0...(1 << 50), { Int($0.rooms.recording.minFreeBytes) }) { $0.rooms.recording.minFreeBytes = Int64($1) },
+        .int("recording.latencyMs", 20...5000, { $0.rooms.recording.latencyMs }) { $0.rooms.recording.latencyMs = $1 },
+        .int("recording.stopTimeoutSec", 1...600, { $0.rooms.recording.stopTimeoutSec }) { $0.rooms.recording.stopTimeoutSec = $1 },
+        ConfigKey(path: "recording.gstLaunch", value: { $0.rooms.recording.gstLaunch }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard !v.isEmpty, !v.utf8.contains(where: { $0 <= 0x20 }) else { throw ConfigurationError(message: "\(s): a program name or path without spaces is needed") }
+            c.rooms.recording.gstLaunch = v
+        },
         .int("rooms.maxKeepaliveIntervalSec", 1...86_400, { $0.rooms.maxKeepaliveIntervalSec }) { $0.rooms.maxKeepaliveIntervalSec = $1 },
         .int("rooms.maxKeepaliveIntervalGapSec", 0...86_400, { $0.rooms.maxKeepaliveIntervalGapSec }) { $0.rooms.maxKeepaliveIntervalGapSec = $1 },
         ConfigKey(path: "auth.secret", value: { $0.authSecret.isEmpty ? "(not set: auth off)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in

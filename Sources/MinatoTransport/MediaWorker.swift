@@ -126,14 +126,17 @@ public final class WorkerCore {
     var dataTickAt: Nanoseconds = .max
     /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
+    /// Plain RTP egress transports (WorkerCore+Plain.swift), by id and by engine slot.
+    var plainTransports: [TransportId: PlainRtpTransport] = [:]
+    var plainByIndex = ContiguousArray<PlainRtpTransport?>()
     private var stopping = false
     private var thread: pthread_t?
 
     // Counters (the engine keeps its own receive-side ones).
-    private var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
-    private var rtpPacketsSent: UInt64 = 0
-    private var rtpBytesSent: UInt64 = 0
-    private var rtcpPacketsSent: UInt64 = 0
+    var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
+    var rtpPacketsSent: UInt64 = 0
+    var rtpBytesSent: UInt64 = 0
+    var rtcpPacketsSent: UInt64 = 0
     private var timerWakeups: UInt64 = 0
 
     // The timer.
@@ -169,6 +172,8 @@ public final class WorkerCore {
         }
         for t in transports.values { t.close(context: context) }
         transports.removeAll()
+        for p in plainTransports.values { p.close() }
+        plainTransports.removeAll()
         stopTimer()
         g_main_context_pop_thread_default(context)
         eventSink.finish()
@@ -257,9 +262,9 @@ public final class WorkerCore {
     }
 
     public func addConsumer(on id: TransportId, _ make: (TransportIndex) -> ConsumerParameters) throws -> ConsumerId {
-        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
+        guard let index = transports[id]?.index ?? plainTransports[id]?.index else { throw WorkerError.unknownTransport(id) }
         do {
-            let c = try engine.addConsumer(make(t.index), now: monotonicNow())
+            let c = try engine.addConsumer(make(index), now: monotonicNow())
             flush()
             return c
         } catch { throw WorkerError.media(error) }
@@ -275,6 +280,7 @@ public final class WorkerCore {
     public func consumerStats(_ c: ConsumerId) -> ConsumerStats? { engine.consumerStats(c) }
 
     public func closeTransport(_ id: TransportId) {
+        if closePlainTransport(id) { return }
         guard let t = transports.removeValue(forKey: id) else { return }
         dataTransportClosed(id)
         t.close(context: context)
@@ -348,7 +354,12 @@ public final class WorkerCore {
             // The generation check keeps a packet for a closed transport from reaching the one
             // that reused its slot.
             guard ti < byIndex.count, let t = byIndex[ti], t.index == tx.transport else {
-                drops[DropReason.transportClosed.rawValue] &+= 1; continue
+                if ti < plainByIndex.count, let p = plainByIndex[ti], p.index == tx.transport {
+                    sendPlain(p, tx)
+                } else {
+                    drops[DropReason.transportClosed.rawValue] &+= 1
+                }
+                continue
             }
             guard let srtp = t.srtp else { drops[DropReason.noSrtpSession.rawValue] &+= 1; continue }
             guard let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length)

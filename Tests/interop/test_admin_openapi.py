@@ -10,8 +10,10 @@ integration for a fixture-provided schema does not work with pytest 9.2 (it sets
 removed `Node._nodeid`), and the CLI also gives the coverage and stateful phases."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -23,7 +25,11 @@ from conftest import ARTIFACTS, REPO
 from media import SineAudioTrack
 from minato_client import Member
 
-MINATO_SERVER_ENV = {"MINATO_ADMIN_API_SECRET": ADMIN_SECRET}
+# Recordings the fuzzers start go to a temporary directory; enough may run at once that the
+# walk's own is never refused for the fuzzers' (they end with their members).
+RECORDINGS = tempfile.mkdtemp(prefix="minato-openapi-rec-")
+MINATO_SERVER_ENV = {"MINATO_ADMIN_API_SECRET": ADMIN_SECRET, "MINATO_RECORDING_DIRECTORY": RECORDINGS,
+                     "MINATO_RECORDING_MAX_CONCURRENT": "64", "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
 
 BEARER = {"Authorization": f"Bearer {ADMIN_SECRET}"}
 MAX_EXAMPLES = 25
@@ -62,6 +68,12 @@ class Seed:
     async def close(self) -> None:
         for m in self.members:
             await m.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_recordings():
+    yield
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +181,14 @@ def test_every_operation_on_real_objects(server, seeded, bg):
         assert call("POST", "/v1/rooms/{roomId}/publications/{publicationId}/enable", P1)["publication"]["state"] \
             == "enabled"
         assert len(call("GET", "/v1/rooms/{roomId}/subscriptions", R)["subscriptions"]) == 2
+        rec = call("POST", "/v1/rooms/{roomId}/recordings", R, body={"publicationIds": [extra.pubs[1]]}, status=201)["recording"]
+        assert (rec["state"], rec["format"], rec["publicationIds"]) == ("recording", "webm", [extra.pubs[1]]), rec
+        assert [r["id"] for r in call("GET", "/v1/rooms/{roomId}/recordings", R)["recordings"]] == [rec["id"]]
+        RR = {**R, "recordingId": rec["id"]}
+        assert call("GET", "/v1/rooms/{roomId}/recordings/{recordingId}", RR)["recording"]["memberId"] == p.id
+        stopped = call("DELETE", "/v1/rooms/{roomId}/recordings/{recordingId}", RR)["recording"]
+        assert (stopped["state"], stopped["reason"]) == ("stopped", "stopped"), stopped
+        assert rec["id"] in [r["id"] for r in call("GET", "/v1/recordings")["recordings"]]
         assert call("DELETE", "/v1/rooms/{roomId}/subscriptions/{subscriptionId}",
                     {**R, "subscriptionId": extra.subs[1]}) == {}
         assert call("DELETE", "/v1/rooms/{roomId}/publications/{publicationId}", P1) == {}

@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+@testable import MinatoRooms
+@testable import MinatoServer
+import MinatoWire
+
+/// The recorder's command line and file names (the recording itself is tested with GStreamer,
+/// FFmpeg and PyAV in Tests/interop/test_recording.py).
+@Suite struct RecordingTests {
+    let vp8 = RecorderPipeline.Input(kind: "video", codec: .vp8, payloadType: 96, rtpPort: 5000, rtcpPort: 5001, serverPort: 40000)
+    let opus = RecorderPipeline.Input(kind: "audio", codec: .opus, payloadType: 111, rtpPort: 5002, rtcpPort: 5003, serverPort: 40001)
+
+    @Test func vp8AndOpusGoToWebmWithOneRtpbinSessionEach() {
+        let a = RecorderPipeline.arguments([vp8, opus], file: "/r/x.webm", latencyMs: 400)
+        let line = a.joined(separator: " ")
+        #expect(a.prefix(3) == ["-e", "-q", "rtpbin"])
+        #expect(line.contains("latency=400 do-retransmission=true rtp-profile=avpf"))
+        #expect(line.contains("udpsrc address=127.0.0.1 port=5000 caps=application/x-rtp,media=video,clock-rate=90000,encoding-name=VP8,payload=96 ! rb.recv_rtp_sink_0"))
+        #expect(line.contains("udpsrc address=127.0.0.1 port=5001 ! rb.recv_rtcp_sink_0"))
+        #expect(line.contains("rb.send_rtcp_src_0 ! udpsink host=127.0.0.1 port=40000 sync=false async=false"))
+        #expect(line.contains("encoding-name=OPUS,payload=111 ! rb.recv_rtp_sink_1"))
+        #expect(line.contains("rb.send_rtcp_src_1 ! udpsink host=127.0.0.1 port=40001"))
+        #expect(line.contains("rb. ! rtpvp8depay request-keyframe=true wait-for-keyframe=true ! queue ! mux."))
+        #expect(line.contains("rb. ! rtpopusdepay ! opusparse ! queue ! mux."))
+        #expect(line.hasSuffix("webmmux name=mux ! filesink location=/r/x.webm"))
+        // Every argument is one token for gst-launch: no spaces inside.
+        #expect(!a.contains { $0.contains(" ") })
+    }
+
+    @Test func h264GoesToMatroska() {
+        let h264 = RecorderPipeline.Input(kind: "video", codec: .h264, payloadType: 96, rtpPort: 1, rtcpPort: 2, serverPort: 3)
+        #expect(RecorderPipeline.format([.h264, .opus]) == "mkv")
+        #expect(RecorderPipeline.format([.vp9, .opus]) == "webm")
+        let line = RecorderPipeline.arguments([h264, opus], file: "f.mkv", latencyMs: 200).joined(separator: " ")
+        #expect(line.contains("rtph264depay ! h264parse ! queue ! mux."))
+        #expect(line.contains("matroskamux name=mux"))
+    }
+
+    @Test func fileNamesKeepOnlySafeCharacters() {
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+        let name = RecorderPipeline.fileName(room: "../../etc/passwd", member: "a b;rm -rf", start: start,
+                                             id: "n1.0123-4567-89ab-cdef", format: "webm")
+        #expect(name == "______etc_passwd-a_b_rm_-rf-20270115T080000Z-9ab-cdef.webm")
+        #expect(!name.contains("/"))
+        #expect(RecorderPipeline.safeName("") == "_")
+        #expect(RecorderPipeline.safeName(String(repeating: "x", count: 100)).count == 40)
+        #expect(RecorderPipeline.safeName("日本") == "__")
+    }
+
+    @Test func configurationKeysAreCheckedAndApplied() throws {
+        var c = ServerConfiguration()
+        #expect(c.rooms.recording.directory == "recordings")
+        #expect(c.rooms.recording.maxConcurrent == 4)
+        try c.apply(yaml: "recording:\n  directory: /tmp/rec\n  maxConcurrent: 0\n  minFreeBytes: 1048576\n  gstLaunch: /usr/bin/gst-launch-1.0\n",
+                    source: "test")
+        #expect(c.rooms.recording.directory == "/tmp/rec")
+        #expect(c.rooms.recording.maxConcurrent == 0)
+        #expect(c.rooms.recording.minFreeBytes == 1 << 20)
+        #expect(throws: ConfigurationError.self) { try c.apply(environment: ["MINATO_RECORDING_GST_LAUNCH": "gst-launch-1.0 --evil"]) }
+        #expect(throws: ConfigurationError.self) { try c.apply(environment: ["MINATO_RECORDING_MAX_DURATION_SEC": "0"]) }
+    }
+}

@@ -1,0 +1,256 @@
+"""Recording (issue 28): the admin API records a member's VP8 video and Opus audio into one WebM
+file through plain RTP egress and a GStreamer recorder child (gst-launch-1.0), with 2% loss on
+the publisher's video. Asserted on the file with FFmpeg (ffprobe, a full decode) and PyAV: both
+streams, the duration, the frames decoded (indexes drawn in the pictures) and the audio/video
+offset (tone bursts against the frames made at the same moment). A SIGKILLed recorder leaves a
+playable file, a `failed` recording and a room that goes on."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy
+import pytest
+
+import av
+from admin_util import http
+from impair import UdpLoss
+from media import ScheduledToneTrack, SyntheticVideoTrack, read_index
+from minato_client import Member, run_async
+from waiting import await_until
+
+RECORDINGS = Path(tempfile.mkdtemp(prefix="minato-rec-"))
+MINATO_SERVER_ENV = {"MINATO_RECORDING_DIRECTORY": str(RECORDINGS), "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
+
+pytestmark = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None or shutil.which("ffprobe") is None,
+                                reason="gst-launch-1.0 and ffprobe are installed by the test command")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_recordings():
+    yield
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
+
+
+class TimedVideoTrack(SyntheticVideoTrack):
+    """SyntheticVideoTrack that remembers when (monotonic) each frame index was made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_at: dict[int, float] = {}
+
+    async def recv(self):
+        frame = await super().recv()
+        self.made_at[self.frames_sent - 1] = time.monotonic()
+        return frame
+
+
+def api(server, method: str, path: str, body=None):
+    r = http(method, server.http + path, body)
+    return r.status, (r.json if r.text else {})
+
+
+def new_room(server, prefix: str) -> str:
+    status, body = api(server, "POST", "/v1/rooms", {"name": f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"})
+    assert status == 201, body
+    return body["room"]["id"]
+
+
+def probe(path: str) -> dict:
+    out = subprocess.run(["ffprobe", "-v", "error", "-show_streams", "-show_format", "-of", "json", path],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f"ffprobe failed on {path}: {out.stderr}"
+    return json.loads(out.stdout)
+
+
+def decode_errors(path: str) -> str:
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-f", "null", "-"], capture_output=True, text=True, timeout=60)
+    return out.stderr.strip()
+
+
+def decoded(path: str) -> tuple[list[tuple[float, int]], list[tuple[float, numpy.ndarray]]]:
+    """(video: [(pts s, frame index)], audio: [(pts s, mono samples)]) decoded with PyAV."""
+    video, audio = [], []
+    with av.open(path) as f:
+        for frame in f.decode(*f.streams):
+            if frame.pts is None:
+                continue
+            t = float(frame.pts * frame.time_base)
+            if isinstance(frame, av.VideoFrame):
+                i = read_index(frame)
+                if i is not None:
+                    video.append((t, i))
+            else:
+                arr = frame.to_ndarray()
+                mono = arr[0] if frame.format.is_planar else arr.reshape(-1, len(frame.layout.channels))[:, 0]
+                audio.append((t, mono))
+    return video, audio
+
+
+def burst_onsets(audio: list[tuple[float, numpy.ndarray]], rate: int = 48000) -> list[float]:
+    """File times where the audio goes from silence to a tone."""
+    onsets, quiet = [], True
+    for t, samples in audio:
+        level = numpy.abs(samples.astype(numpy.float64))
+        loud = numpy.nonzero(level > (0.05 if samples.dtype.kind == "f" else 1500))[0]
+        if quiet and len(loud):
+            onsets.append(t + loud[0] / rate)
+            quiet = False
+        elif not quiet and not len(loud):
+            quiet = True
+    return onsets
+
+
+def test_record_vp8_opus_with_loss_plays_in_sync(server):
+    run_async(record_with_loss(server), timeout=120)
+
+
+async def record_with_loss(server):
+    room_id = new_room(server, "rec")
+    clock: dict = {}
+    schedule = [(2.0 + 2.0 * k, 2.5 + 2.0 * k) for k in range(5)]     # half-second tone bursts every 2 s
+    video, audio = TimedVideoTrack(), ScheduledToneTrack(clock, schedule)
+    pub = await Member.join(server.url, room_id, "speaker")
+    try:
+        vpub = await pub.publish(video)
+        await pub.publish(audio)
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        sender = next(s for s in pub.send_pc.getSenders() if s.track is video)
+        loss = UdpLoss(2.0, ssrc=sender._ssrc, hook="output")
+        loss.start()
+        try:
+            status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+            assert status == 201, body
+            rec = body["recording"]
+            assert rec["state"] == "recording" and rec["format"] == "webm", rec
+            assert set(rec["publicationIds"]) == {vpub.id, *[p for p in rec["publicationIds"] if p != vpub.id]}
+            clock["t0"] = time.monotonic()
+            first_index = video.frames_sent
+            await asyncio.sleep(12.0)
+            last_index = video.frames_sent
+            t_stop = time.monotonic()
+            status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
+            stop_ms = (time.monotonic() - t_stop) * 1000
+            counters = loss.counters()
+        finally:
+            loss.stop()
+        assert status == 200, body
+        done = body["recording"]
+        assert done["state"] == "stopped" and done["reason"] == "stopped", done
+        problem = loss.check(counters)
+        assert not problem, problem
+        path = done["file"]
+        info = probe(path)
+        kinds = sorted(s["codec_name"] for s in info["streams"])
+        assert kinds == ["opus", "vp8"], info["streams"]
+        duration = float(info["format"]["duration"])
+        assert abs(duration - done["durationMs"] / 1000) < 0.5 + 0.5, (duration, done)
+        errors = decode_errors(path)
+        assert errors == "", errors[:2000]
+        frames, samples = await asyncio.to_thread(decoded, path)
+        indexes = sorted({i for _, i in frames})
+        assert indexes, "no frame index read from the recording"
+        span = range(indexes[0], indexes[-1] + 1)
+        share = len(indexes) / len(span)
+        onsets = burst_onsets(samples)
+        pts_of = {i: t for t, i in frames}
+        offsets = []
+        for k, made in sorted(audio.voiced_at.items()):
+            near = min((i for i in pts_of if i in video.made_at), key=lambda i: abs(video.made_at[i] - made), default=None)
+            if near is None:
+                continue
+            expected = pts_of[near] + (made - video.made_at[near])
+            hit = min(onsets, key=lambda o: abs(o - expected), default=None)
+            if hit is not None and abs(hit - expected) < 0.5:
+                offsets.append((hit - expected) * 1000)
+        print(f"[recording] {path}: {duration:.2f} s, {len(indexes)}/{len(span)} frames ({share:.1%}), sent "
+              f"{first_index}..{last_index}, loss {counters}, stop {stop_ms:.0f} ms, size {done['sizeBytes']}, "
+              f"A/V offsets ms {[round(o) for o in offsets]}")
+        assert share >= 0.98, f"{len(indexes)} of {len(span)} frames decoded"
+        assert indexes[0] <= first_index + 30, f"the recording starts at frame {indexes[0]}, asked at {first_index}"
+        assert len(offsets) >= 3, f"tone bursts found at {onsets}, expected near frames {audio.voiced_at}"
+        assert max(abs(o) for o in offsets) <= 40, f"audio/video offsets {offsets} ms"
+        status, listing = api(server, "GET", f"/v1/rooms/{room_id}/recordings")
+        assert status == 200 and [r["id"] for r in listing["recordings"]] == [rec["id"]], listing
+    finally:
+        await pub.close()
+
+
+def test_killed_recorder_leaves_a_playable_file_and_the_room_goes_on(server):
+    run_async(killed_recorder(server), timeout=90)
+
+
+async def killed_recorder(server):
+    room_id = new_room(server, "rec-kill")
+    video = SyntheticVideoTrack()
+    pub = await Member.join(server.url, room_id, "speaker")
+    try:
+        await pub.publish(video)
+        await pub.publish(ScheduledToneTrack({"t0": time.monotonic()}, [(0, 3600)]))
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert status == 201, body
+        rec = body["recording"]
+        await asyncio.sleep(5.0)
+        pid = recorder_pid(rec["file"])
+        os.kill(pid, signal.SIGKILL)
+
+        def state():
+            return api(server, "GET", f"/v1/rooms/{room_id}/recordings/{rec['id']}")[1]["recording"]
+        ended = await await_until(lambda: state()["state"] == "failed" and state(), 10, "the recording is failed")
+        assert ended["reason"] == "recorderFailed", ended
+        info = probe(rec["file"])
+        assert "vp8" in [s["codec_name"] for s in info["streams"]], info
+        frames, _ = await asyncio.to_thread(decoded, rec["file"])
+        played = (frames[-1][0] - frames[0][0]) if frames else 0.0
+        print(f"[recording] killed after 5 s: {len(frames)} frames decoded, {played:.2f} s of video")
+        assert played >= 3.0, f"only {played:.2f} s of a 5 s recording play after SIGKILL"
+        # The SFU and the room go on: the publication is still there and a new recording starts.
+        status, body = api(server, "GET", f"/v1/rooms/{room_id}/publications")
+        assert status == 200 and len(body["publications"]) == 2, body
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert status == 201, body
+        await asyncio.sleep(1.0)
+        await pub.leave()
+        again = body["recording"]
+        ended = await await_until(
+            lambda: (r := api(server, "GET", "/v1/recordings")[1]["recordings"]) and
+            next((x for x in r if x["id"] == again["id"] and x["state"] == "stopped"), None),
+            15, "the recording stops when its member leaves")
+        assert ended["reason"] == "publicationEnded", ended
+    finally:
+        await pub.close()
+
+
+def test_recording_requests_are_checked(server):
+    room_id = new_room(server, "rec-bad")
+    assert api(server, "POST", f"/v1/rooms/{room_id}/recordings", {})[1]["error"]["name"] == "invalidParameter"
+    status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": "nobody"})
+    assert (status, body["error"]["name"]) == (404, "memberNotFound"), body
+    status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"publicationIds": ["nope"]})
+    assert (status, body["error"]["name"]) == (404, "publicationNotFound"), body
+    status, body = api(server, "DELETE", f"/v1/rooms/{room_id}/recordings/nope")
+    assert (status, body["error"]["name"]) == (404, "recordingNotFound"), body
+    status, body = api(server, "GET", "/v1/rooms/none/recordings")
+    assert status == 404, body
+
+
+def recorder_pid(file: str) -> int:
+    """The gst-launch-1.0 process writing `file` (from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"gst-launch-1.0" in c for c in cmd) and any(c == f"location={file}".encode() for c in cmd):
+            return int(entry.name)
+    raise AssertionError(f"no recorder process writes {file}")
