@@ -53,7 +53,10 @@ final class Recording {
     var streams: [Stream]
     var state: State = .starting
     var reason: String?
-    let startedAt = Date()
+    /// When media began to flow to the recorder (the consumers were added), when it stopped
+    /// (the recording was stopped or failed), and when the recording ended (its file finished).
+    var startedAt: Date?
+    var mediaEndedAt: Date?
     var endedAt: Date?
     let started = ContinuousClock.now
     var process: RecorderProcess?
@@ -73,8 +76,9 @@ final class Recording {
             "id": .string(id), "roomId": .string(roomId), "memberId": .string(memberId),
             "publicationIds": .array(streams.map { .string($0.publicationId) }),
             "file": .string(file), "format": .string(format), "state": .string(state.rawValue),
-            "startedAt": .string(ISO8601DateFormatter().string(from: startedAt)),
-            "durationMs": .int(Int(((endedAt ?? Date()).timeIntervalSince(startedAt) * 1000).rounded())),
+            "startedAt": .string(ISO8601DateFormatter().string(from: startedAt ?? Date())),
+            // The media time the file holds: from the first consumer to the stop.
+            "durationMs": .int(startedAt.map { max(0, Int(((mediaEndedAt ?? Date()).timeIntervalSince($0) * 1000).rounded())) } ?? 0),
             "sizeBytes": .int(Int((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)??.int64Value ?? 0))]
         if let endedAt { o["endedAt"] = .string(ISO8601DateFormatter().string(from: endedAt)) }
         if let reason { o["reason"] = .string(reason) }

@@ -173,6 +173,7 @@ extension RoomService {
             r.streams[i].consumer = consumer
         }
         r.state = .recording
+        r.startedAt = Date()
         emit(room, "recordingStarted", ["recording": r.json])
         flushOutbox()
         r.supervisor = Task { [weak self] in
@@ -204,6 +205,7 @@ extension RoomService {
         guard r.state == .starting || r.state == .recording else { return }
         r.state = .stopping
         r.reason = reason
+        r.mediaEndedAt = Date()
         r.supervisor?.cancel()
         closeRecordingTransports(r)
         guard let process = r.process, process.isRunning else {
@@ -242,6 +244,7 @@ extension RoomService {
         r.state = state
         r.reason = reason
         r.endedAt = Date()
+        if r.mediaEndedAt == nil { r.mediaEndedAt = r.endedAt }
         r.process?.send(SIGKILL)
         if wasAnnounced, let room = rooms.first(where: { $0.id == r.roomId }) {
             emit(room, "recordingStopped", ["recording": r.json], reason: reason)

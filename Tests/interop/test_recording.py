@@ -1,5 +1,5 @@
-"""Recording (issue 28): the admin API records a member's VP8 video and Opus audio into one WebM
-file through plain RTP egress and a GStreamer recorder child (gst-launch-1.0), with 2% loss on
+"""Recording (issue 28): the admin API records a member's VP8 (or H.264) video and Opus audio into
+one WebM (or Matroska) file through plain RTP egress and a GStreamer recorder child (gst-launch-1.0), with 2% loss on
 the publisher's video. Asserted on the file with FFmpeg (ffprobe, a full decode) and PyAV: both
 streams, the duration, the frames decoded (indexes drawn in the pictures) and the audio/video
 offset (tone bursts against the frames made at the same moment). A SIGKILLed recorder leaves a
@@ -23,6 +23,7 @@ import av
 from admin_util import http
 from impair import UdpLoss
 from media import ScheduledToneTrack, SyntheticVideoTrack, read_index
+from conftest import ARTIFACTS, Server, minato_binary
 from minato_client import Member, run_async
 from waiting import await_until
 
@@ -71,7 +72,11 @@ def probe(path: str) -> dict:
 
 
 def decode_errors(path: str) -> str:
-    out = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-f", "null", "-"], capture_output=True, text=True, timeout=60)
+    """What FFmpeg reports decoding every frame. Frames keep their own (variable) times
+    (`-fps_mode vfr`): by default the null muxer takes H.264's declared 30 fps as its time base
+    and reports two frames rounded to one tick as a muxing error, which is not the file's."""
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-fps_mode", "vfr", "-f", "null", "-"],
+                         capture_output=True, text=True, timeout=60)
     return out.stderr.strip()
 
 
@@ -108,19 +113,20 @@ def burst_onsets(audio: list[tuple[float, numpy.ndarray]], rate: int = 48000) ->
     return onsets
 
 
-def test_record_vp8_opus_with_loss_plays_in_sync(server):
-    run_async(record_with_loss(server), timeout=120)
+@pytest.mark.parametrize("codec,fmt,name", [("video/VP8", "webm", "vp8"), ("video/H264", "mkv", "h264")])
+def test_record_video_and_opus_with_loss_plays_in_sync(server, codec: str, fmt: str, name: str):
+    run_async(record_with_loss(server, codec, fmt, name), timeout=120)
 
 
-async def record_with_loss(server):
+async def record_with_loss(server, codec: str, fmt: str, name: str):
     room_id = new_room(server, "rec")
     clock: dict = {}
     schedule = [(2.0 + 2.0 * k, 2.5 + 2.0 * k) for k in range(5)]     # half-second tone bursts every 2 s
     video, audio = TimedVideoTrack(), ScheduledToneTrack(clock, schedule)
     pub = await Member.join(server.url, room_id, "speaker")
     try:
-        vpub = await pub.publish(video)
-        await pub.publish(audio)
+        vpub = await pub.publish(video, codec=codec)
+        apub = await pub.publish(audio)
         await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
         sender = next(s for s in pub.send_pc.getSenders() if s.track is video)
         loss = UdpLoss(2.0, ssrc=sender._ssrc, hook="output")
@@ -129,8 +135,8 @@ async def record_with_loss(server):
             status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
             assert status == 201, body
             rec = body["recording"]
-            assert rec["state"] == "recording" and rec["format"] == "webm", rec
-            assert set(rec["publicationIds"]) == {vpub.id, *[p for p in rec["publicationIds"] if p != vpub.id]}
+            assert rec["state"] == "recording" and rec["format"] == fmt, rec
+            assert rec["publicationIds"] == [vpub.id, apub.id], rec
             clock["t0"] = time.monotonic()
             first_index = video.frames_sent
             await asyncio.sleep(12.0)
@@ -147,40 +153,55 @@ async def record_with_loss(server):
         problem = loss.check(counters)
         assert not problem, problem
         path = done["file"]
-        info = probe(path)
-        kinds = sorted(s["codec_name"] for s in info["streams"])
-        assert kinds == ["opus", "vp8"], info["streams"]
-        duration = float(info["format"]["duration"])
-        assert abs(duration - done["durationMs"] / 1000) < 0.5 + 0.5, (duration, done)
-        errors = decode_errors(path)
-        assert errors == "", errors[:2000]
-        frames, samples = await asyncio.to_thread(decoded, path)
-        indexes = sorted({i for _, i in frames})
-        assert indexes, "no frame index read from the recording"
-        span = range(indexes[0], indexes[-1] + 1)
-        share = len(indexes) / len(span)
-        onsets = burst_onsets(samples)
-        pts_of = {i: t for t, i in frames}
-        offsets = []
-        for k, made in sorted(audio.voiced_at.items()):
-            near = min((i for i in pts_of if i in video.made_at), key=lambda i: abs(video.made_at[i] - made), default=None)
-            if near is None:
-                continue
-            expected = pts_of[near] + (made - video.made_at[near])
-            hit = min(onsets, key=lambda o: abs(o - expected), default=None)
-            if hit is not None and abs(hit - expected) < 0.5:
-                offsets.append((hit - expected) * 1000)
-        print(f"[recording] {path}: {duration:.2f} s, {len(indexes)}/{len(span)} frames ({share:.1%}), sent "
-              f"{first_index}..{last_index}, loss {counters}, stop {stop_ms:.0f} ms, size {done['sizeBytes']}, "
-              f"A/V offsets ms {[round(o) for o in offsets]}")
-        assert share >= 0.98, f"{len(indexes)} of {len(span)} frames decoded"
-        assert indexes[0] <= first_index + 30, f"the recording starts at frame {indexes[0]}, asked at {first_index}"
-        assert len(offsets) >= 3, f"tone bursts found at {onsets}, expected near frames {audio.voiced_at}"
-        assert max(abs(o) for o in offsets) <= 40, f"audio/video offsets {offsets} ms"
+        try:
+            check_recording(path, done, name, video, audio, first_index, last_index, counters, stop_ms)
+        except AssertionError:
+            keep(path)
+            raise
         status, listing = api(server, "GET", f"/v1/rooms/{room_id}/recordings")
         assert status == 200 and [r["id"] for r in listing["recordings"]] == [rec["id"]], listing
     finally:
         await pub.close()
+
+
+def keep(path: str) -> None:
+    """A recording a test failed on goes to the artifacts (the temporary directory is removed)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, ARTIFACTS / Path(path).name)
+
+
+def check_recording(path: str, done: dict, name: str, video: TimedVideoTrack, audio: ScheduledToneTrack,
+                    first_index: int, last_index: int, counters: dict, stop_ms: float) -> None:
+    info = probe(path)
+    kinds = sorted(s["codec_name"] for s in info["streams"])
+    assert kinds == sorted(["opus", name]), info["streams"]
+    duration = float(info["format"]["duration"])
+    assert abs(duration - done["durationMs"] / 1000) < 0.5, f"the file lasts {duration} s, the recording {done['durationMs']} ms"
+    errors = decode_errors(path)
+    assert errors == "", errors[:2000]
+    frames, samples = decoded(path)
+    indexes = sorted({i for _, i in frames})
+    assert indexes, "no frame index read from the recording"
+    span = range(indexes[0], indexes[-1] + 1)
+    share = len(indexes) / len(span)
+    onsets = burst_onsets(samples)
+    pts_of = {i: t for t, i in frames}
+    offsets = []
+    for k, made in sorted(audio.voiced_at.items()):
+        near = min((i for i in pts_of if i in video.made_at), key=lambda i: abs(video.made_at[i] - made), default=None)
+        if near is None:
+            continue
+        expected = pts_of[near] + (made - video.made_at[near])
+        hit = min(onsets, key=lambda o: abs(o - expected), default=None)
+        if hit is not None and abs(hit - expected) < 0.5:
+            offsets.append((hit - expected) * 1000)
+    print(f"[recording] {name}: {path}: {duration:.2f} s (recording {done['durationMs']} ms), {len(indexes)}/{len(span)} frames ({share:.1%}), sent "
+          f"{first_index}..{last_index}, loss {counters}, stop {stop_ms:.0f} ms, size {done['sizeBytes']}, "
+          f"A/V offsets ms {[round(o) for o in offsets]}")
+    assert share >= 0.98, f"{len(indexes)} of {len(span)} frames decoded"
+    assert indexes[0] <= first_index + 30, f"the recording starts at frame {indexes[0]}, asked at {first_index}"
+    assert len(offsets) >= 3, f"tone bursts found at {onsets}, expected near frames {audio.voiced_at}"
+    assert max(abs(o) for o in offsets) <= 40, f"audio/video offsets {offsets} ms"
 
 
 def test_killed_recorder_leaves_a_playable_file_and_the_room_goes_on(server):
@@ -254,3 +275,68 @@ def recorder_pid(file: str) -> int:
         if any(b"gst-launch-1.0" in c for c in cmd) and any(c == f"location={file}".encode() for c in cmd):
             return int(entry.name)
     raise AssertionError(f"no recorder process writes {file}")
+
+
+def test_full_disk_stops_the_recording_and_nothing_else(tmp_path):
+    """A server whose recording directory is a 1200 KiB tmpfs (its own mount namespace) with
+    recording.minFreeBytes 800 KiB: the recording stops with reason diskFull, its file plays, a
+    new one is refused with 507 diskFull, and the room and the server go on."""
+    directory = tmp_path / "rec"
+    directory.mkdir()
+    wrapper = tmp_path / "minato-on-tmpfs"
+    wrapper.write_text('#!/bin/sh\nexec unshare -m --propagation private /bin/sh -c '
+                       '\'mount -t tmpfs -o size=1200k minato-rec "$REC_TMPFS_DIR" && exec "$REC_SERVER_BIN" "$@"\' sh "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"MINATO_RECORDING_DIRECTORY": str(directory), "MINATO_RECORDING_MIN_FREE_BYTES": str(800 * 1024),
+           "REC_TMPFS_DIR": str(directory), "REC_SERVER_BIN": str(minato_binary())}
+    srv = Server(wrapper, ARTIFACTS / "test_recording_diskfull.log", env=env)
+    srv.start()
+    try:
+        run_async(fill_the_disk(srv, directory), timeout=90)
+        assert srv.alive(), srv.tail()
+    finally:
+        srv.stop()
+
+
+async def fill_the_disk(server, directory: Path):
+    room_id = new_room(server, "rec-full")
+    video = SyntheticVideoTrack()
+    pub = await Member.join(server.url, room_id, "speaker")
+    try:
+        await pub.publish(video)
+        await pub.publish(ScheduledToneTrack({"t0": time.monotonic()}, [(0, 3600)]))
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert status == 201, body
+        rec = body["recording"]
+
+        def ended():
+            r = api(server, "GET", f"/v1/rooms/{room_id}/recordings/{rec['id']}")[1]["recording"]
+            return r if r["state"] in ("stopped", "failed") else None
+        done = await await_until(ended, 40, "the recording stops on the full disk")
+        assert (done["state"], done["reason"]) == ("stopped", "diskFull"), done
+        size = done["sizeBytes"]
+        assert 200_000 < size < 1200 * 1024, done
+        # The file is on the tmpfs of the server's mount namespace: FFmpeg looks at it from there.
+        inside = ["nsenter", "-t", str(server.proc.pid), "-m"]
+        out = subprocess.run(inside + ["ffprobe", "-v", "error", "-show_format", "-show_streams", "-of", "json", done["file"]],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        info = json.loads(out.stdout)
+        duration = float(info["format"]["duration"])
+        assert sorted(s["codec_name"] for s in info["streams"]) == ["opus", "vp8"], info["streams"]
+        errors = subprocess.run(inside + ["ffmpeg", "-v", "error", "-i", done["file"], "-fps_mode", "vfr", "-f", "null", "-"],
+                                capture_output=True, text=True, timeout=60).stderr.strip()
+        assert errors == "", errors[:2000]
+        print(f"[recording] disk full after {done['durationMs']} ms: {size} bytes, {duration:.2f} s playable")
+        assert abs(duration - done["durationMs"] / 1000) < 0.5, (duration, done)
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert (status, body["error"]["name"]) == (507, "diskFull"), body
+        status, body = api(server, "GET", f"/v1/rooms/{room_id}/publications")
+        assert status == 200 and len(body["publications"]) == 2, body
+        before = api(server, "GET", f"/v1/rooms/{room_id}/stats")[1]["packetsIn"]
+        await asyncio.sleep(1.0)
+        after = api(server, "GET", f"/v1/rooms/{room_id}/stats")[1]["packetsIn"]
+        assert after > before + 30, f"media stopped flowing into the room ({before} -> {after})"
+    finally:
+        await pub.close()
