@@ -20,7 +20,7 @@ import numpy
 import pytest
 
 import av
-from admin_util import http
+from admin_util import http, metric, scrape
 from impair import UdpLoss
 from media import ScheduledToneTrack, SyntheticVideoTrack, read_index
 from conftest import ARTIFACTS, Server, minato_binary
@@ -137,21 +137,33 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
             rec = body["recording"]
             assert rec["state"] == "recording" and rec["format"] == fmt, rec
             assert rec["publicationIds"] == [vpub.id, apub.id], rec
-            clock["t0"] = time.monotonic()
-            first_index = video.frames_sent
-            await asyncio.sleep(12.0)
-            last_index = video.frames_sent
-            t_stop = time.monotonic()
-            status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
-            stop_ms = (time.monotonic() - t_stop) * 1000
+            # 2% loss on the SFU's leg into the recorder's video port too, so its NACKs to the
+            # plain transport are what repair it.
+            leg = UdpLoss(2.0, dport=recorder_ports(rec["file"])[0], hook="input", table="minato_rec_leg")
+            leg.start()
+            nacks_before = metric(scrape(server.http), "minato_rtcp_nacks_received_total") or 0
+            try:
+                clock["t0"] = time.monotonic()
+                first_index = video.frames_sent
+                await asyncio.sleep(12.0)
+                last_index = video.frames_sent
+                t_stop = time.monotonic()
+                status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
+                stop_ms = (time.monotonic() - t_stop) * 1000
+                leg_counters = leg.counters()
+            finally:
+                leg.stop()
             counters = loss.counters()
+            nacks = (metric(scrape(server.http), "minato_rtcp_nacks_received_total") or 0) - nacks_before
         finally:
             loss.stop()
         assert status == 200, body
         done = body["recording"]
         assert done["state"] == "stopped" and done["reason"] == "stopped", done
-        problem = loss.check(counters)
+        problem = loss.check(counters) or leg.check(leg_counters)
         assert not problem, problem
+        print(f"[recording] {name}: recorder leg {leg_counters}, NACKs from the recorder {nacks:.0f}")
+        assert nacks > 0, "the recorder sent no NACK for the packets dropped on its leg"
         path = done["file"]
         try:
             check_recording(path, done, name, video, audio, first_index, last_index, counters, stop_ms)
@@ -261,6 +273,17 @@ def test_recording_requests_are_checked(server):
     assert (status, body["error"]["name"]) == (404, "recordingNotFound"), body
     status, body = api(server, "GET", "/v1/rooms/none/recordings")
     assert status == 404, body
+
+
+def recorder_ports(file: str) -> list[int]:
+    """The UDP ports the recorder writing `file` reads RTP from (its command line), video first."""
+    cmd = [c.decode() for c in Path(f"/proc/{recorder_pid(file)}/cmdline").read_bytes().split(b"\0")]
+    ports = []
+    for i, c in enumerate(cmd[:-2]):
+        if c == "udpsrc" and cmd[i + 2].startswith("port=") and any(x.startswith("caps=") for x in cmd[i + 3:i + 4]):
+            ports.append(int(cmd[i + 2][5:]))
+    assert ports, f"no RTP port in the recorder's command line {cmd}"
+    return ports
 
 
 def recorder_pid(file: str) -> int:
