@@ -33,6 +33,20 @@ public struct RoomSnapshot: Sendable, Codable, Equatable {
     public let members: [Member]?
     public let publications: [Publication]?
     public let subscriptions: [Subscription]?
+    /// Recordings running when the snapshot was taken (absent: none).
+    public let recordings: [Recording]?
+}
+
+/// A recording running in a room (docs/protocol.md "Recording"): `Room.recordings` of a
+/// snapshot, and the `recording` of the `recordingStarted` and `recordingStopped` events.
+public struct Recording: Codable, Sendable, Equatable {
+    public let id: String
+    public let memberId: String
+    public let publicationIds: [String]
+    public let startedAt: String
+    public init(id: String, memberId: String, publicationIds: [String], startedAt: String) {
+        self.id = id; self.memberId = memberId; self.publicationIds = publicationIds; self.startedAt = startedAt
+    }
 }
 
 /// One room event (notification `roomEvent`), in `version` order. `type` is SkyWay's event
@@ -47,6 +61,9 @@ public struct RoomEvent: Sendable, Equatable {
     public var member: Member? { try? data["member"]?.decode(Member.self) }
     public var publication: Publication? { try? data["publication"]?.decode(Publication.self) }
     public var subscription: Subscription? { try? data["subscription"]?.decode(Subscription.self) }
+    /// `recordingStarted` / `recordingStopped` (an admin records a member; `reason` says why it
+    /// stopped): which recording, of whom.
+    public var recording: Recording? { try? data["recording"]?.decode(Recording.self) }
 
     init?(_ params: JSON) {
         guard let roomId = params["roomId"]?.string, let version = params["version"]?.int,

@@ -140,10 +140,17 @@ final class Room {
         ["id": .string(id), "name": name.json, "metadata": .string(metadata),
          "hasPassword": .bool(password != nil), "memberCount": .int(members.count)]
     }
+    /// Recordings running in the room (`Recording.summaryJSON`), in start order: in the
+    /// snapshot, so a member who joins later sees that it is recorded.
+    var recordings: [(id: String, json: JSONValue)] = []
+
     var json: JSONValue {
-        ["id": .string(id), "name": name.json, "metadata": .string(metadata), "hasPassword": .bool(password != nil),
-         "version": .int(version), "members": .array(members.map(\.json)),
-         "publications": .array(publications.map(\.json)), "subscriptions": .array(subscriptions.map(\.json))]
+        var o: [String: JSONValue] = [
+            "id": .string(id), "name": name.json, "metadata": .string(metadata), "hasPassword": .bool(password != nil),
+            "version": .int(version), "members": .array(members.map(\.json)),
+            "publications": .array(publications.map(\.json)), "subscriptions": .array(subscriptions.map(\.json))]
+        if !recordings.isEmpty { o["recordings"] = .array(recordings.map(\.json)) }
+        return .object(o)
     }
 
     /// When an empty room is due to close (`rooms.emptyTimeoutSec`, 0 = never), or nil.

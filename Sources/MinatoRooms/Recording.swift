@@ -71,6 +71,12 @@ final class Recording {
 
     var isActive: Bool { state == .starting || state == .recording || state == .stopping }
 
+    /// What members see (room snapshot, `recordingStarted`): no file path.
+    var summaryJSON: JSONValue {
+        ["id": .string(id), "memberId": .string(memberId), "publicationIds": .array(streams.map { .string($0.publicationId) }),
+         "startedAt": .string(ISO8601DateFormatter().string(from: startedAt ?? Date()))]
+    }
+
     var json: JSONValue {
         var o: [String: JSONValue] = [
             "id": .string(id), "roomId": .string(roomId), "memberId": .string(memberId),

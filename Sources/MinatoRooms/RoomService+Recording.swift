@@ -174,7 +174,8 @@ extension RoomService {
         }
         r.state = .recording
         r.startedAt = Date()
-        emit(room, "recordingStarted", ["recording": r.json])
+        room.recordings.append((r.id, r.summaryJSON))
+        emit(room, "recordingStarted", ["recording": r.summaryJSON])
         flushOutbox()
         r.supervisor = Task { [weak self] in
             while !Task.isCancelled {
@@ -247,7 +248,8 @@ extension RoomService {
         if r.mediaEndedAt == nil { r.mediaEndedAt = r.endedAt }
         r.process?.send(SIGKILL)
         if wasAnnounced, let room = rooms.first(where: { $0.id == r.roomId }) {
-            emit(room, "recordingStopped", ["recording": r.json], reason: reason)
+            room.recordings.removeAll { $0.id == r.id }
+            emit(room, "recordingStopped", ["recording": r.summaryJSON], reason: reason)
             flushOutbox()
         }
         logger.info("recording ended", metadata: ["recording": "\(r.id)", "state": "\(state.rawValue)", "reason": "\(reason)"])

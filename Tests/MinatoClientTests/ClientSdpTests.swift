@@ -285,3 +285,22 @@ import MinatoWire
         #expect(snapshot.publications?.first?.contentType == .data)
     }
 }
+
+/// Recordings in a room snapshot and in the recording events decode in the Swift SDK.
+@Suite struct RecordingDecodingTests {
+    @Test func snapshotAndEventsCarryTheRecording() throws {
+        let json = """
+            {"id":"r","name":"n","metadata":"","version":3,"members":[],"subscriptions":[],"publications":[],
+             "recordings":[{"id":"rec","memberId":"m","publicationIds":["v","a"],"startedAt":"2026-11-27T06:18:22Z"}]}
+            """
+        let snapshot = try JSONDecoder().decode(RoomSnapshot.self, from: Data(json.utf8))
+        #expect(snapshot.recordings == [Recording(id: "rec", memberId: "m", publicationIds: ["v", "a"], startedAt: "2026-11-27T06:18:22Z")])
+        let event = try #require(RoomEvent(JSON.parse("""
+            {"roomId":"r","version":4,"type":"recordingStopped","reason":"diskFull",
+             "data":{"recording":{"id":"rec","memberId":"m","publicationIds":["v"],"startedAt":"2026-11-27T06:18:22Z"}}}
+            """)))
+        #expect(event.recording?.memberId == "m" && event.recording?.publicationIds == ["v"] && event.reason == "diskFull")
+        let none = try JSONDecoder().decode(RoomSnapshot.self, from: Data(#"{"id":"r"}"#.utf8))
+        #expect(none.recordings == nil)
+    }
+}

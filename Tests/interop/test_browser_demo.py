@@ -15,6 +15,8 @@ Playwright calls used here).
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -23,9 +25,18 @@ from playwright.sync_api import expect as playwright_expect
 import firefox
 from conftest import engine_pages
 from browser import ARTIFACTS, BROWSER_SERVER_ENV, demo_page, dump, wait_until
+from admin_util import http
 from minato_client import unique_name
 
-MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
+# Recordings (the red dot) go to a temporary directory, removed with the module.
+RECORDINGS = tempfile.mkdtemp(prefix="minato-demo-rec-")
+MINATO_SERVER_ENV = {**BROWSER_SERVER_ENV, "MINATO_RECORDING_DIRECTORY": RECORDINGS, "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_recordings():
+    yield
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
 SCREENSHOT = ARTIFACTS / "demo-three-members.png"
 SCREENSHOT_FIREFOX = ARTIFACTS / "demo-three-members-firefox.png"
 ENGINES = ["chromium", "firefox"]
@@ -274,6 +285,24 @@ def test_password_room_list_errors_video_and_screenshot(server, engine, pages, t
     frames = [t["frames"] for t in remote_tiles(p1) if t["name"] == "bob"][0]
     wait_until(lambda: [t for t in remote_tiles(p1) if t["name"] == "bob" and t["frames"] > frames + 10], 15,
                "bob's video to flow again at alice")
+
+    # A recording of bob (admin API): bob's tile shows the red dot on every page, also on one that
+    # joins while it runs (the room snapshot lists it), and the dot goes when it stops.
+    room_id = p1.evaluate("minatoDemo.room.id")
+    bob_id = p1.evaluate("minatoDemo.room.members.find((m) => m.name === 'bob').id")
+    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", {"memberId": bob_id})
+    assert r.status == 201, r
+    rec = r.json["recording"]
+    recorded = "[...document.querySelectorAll('#grid .tile.recorded')].map((t) => t.dataset.memberName)"
+    join(p4, room, "dave", password)
+    for page in (p1, p2, p3, p4):
+        wait_until(lambda: page.evaluate(recorded) == ["bob"], 15, "bob's tile to show the recording")
+    r = http("DELETE", f"{server.http}/v1/rooms/{room_id}/recordings/{rec['id']}")
+    assert r.status == 200 and r.json["recording"]["state"] == "stopped", r
+    for page in (p1, p2, p3, p4):
+        wait_until(lambda: page.evaluate(recorded) == [], 15, "the red dot to go when the recording stops")
+    p4.click("#leave")
+    expect(p4.locator("#lobby")).to_be_visible(timeout=10000)
 
     # Leave: carol's tile disappears at the others; carol is back in the lobby.
     p3.click("#leave")

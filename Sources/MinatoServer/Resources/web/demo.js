@@ -195,6 +195,14 @@ function enterCall() {
       tile.classList.toggle('dominant', i === 0);
     }
   });
+  // A recorded member's tile has a red dot (the room snapshot says who is recorded already).
+  const markRecorded = () => {
+    for (const [id, tile] of state.tiles) tile.classList.toggle('recorded', room.isRecording(id));
+  };
+  on(room.onRecordingStarted, markRecorded);
+  on(room.onRecordingStopped, markRecorded);
+  on(room.onMemberJoined, markRecorded);
+  markRecorded();
   watchConnection(me, on);
   on(me.onLeft, ({ reason }) => {
     if (reason !== 'left') showError(new MinatoError(reason, `you are no longer in the room (${reason})`), 'Disconnected');
@@ -308,7 +316,7 @@ function tileFor(member, isMe) {
   tile.dataset.memberId = member.id;
   tile.dataset.memberName = member.name || '';
   tile.innerHTML = '<video autoplay playsinline></video><audio autoplay></audio>'
-    + '<div class="placeholder">waiting for video…</div><div class="label"></div>'
+    + '<div class="placeholder">waiting for video…</div><div class="label"></div><div class="rec" title="recorded">REC</div>'
     + '<div class="badges"><span class="badge mic-off" hidden>mic off</span><span class="badge cam-off" hidden>camera off</span></div>'
     + (isMe ? '<div class="net" data-state="connected" data-quality="good"></div>' : '');
   tile.querySelector('.label').textContent = labelOf(member, isMe);

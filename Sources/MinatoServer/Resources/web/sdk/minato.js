@@ -53,9 +53,11 @@ export const VERSION = '1.0.0';
  * @typedef {{id: string, publicationId: string, subscriberId: string, contentType: ('audio'|'video'),
  *   preferredEncodingId?: string}} SubscriptionJSON
  * @typedef {{id: string, name: (string|null), metadata: string, hasPassword: boolean, version: number,
- *   members: MemberJSON[], publications: PublicationJSON[], subscriptions: SubscriptionJSON[]}} RoomJSON
+ *   members: MemberJSON[], publications: PublicationJSON[], subscriptions: SubscriptionJSON[],
+ *   recordings?: RecordingJSON[]}} RoomJSON
  * @typedef {{id: string, name: (string|null), metadata: string, hasPassword: boolean, memberCount: number}} RoomSummary
  * @typedef {{roomId: string, version: number, type: string, data: any, reason?: string}} RoomEventJSON
+ * @typedef {{id: string, memberId: string, publicationIds: string[], startedAt: string}} RecordingJSON
  * @typedef {'connecting'|'connected'|'reconnecting'|'closed'} ConnectionState
  */
 

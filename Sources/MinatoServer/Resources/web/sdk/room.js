@@ -120,6 +120,15 @@ export class SFURoom {
     this.onActiveSpeakersChanged = new MinatoEvent();
     /** The last speaker list (as in `onActiveSpeakersChanged`). */
     this.activeSpeakers = [];
+    /** A recording of a member started / stopped (the admin API; `reason` stopped,
+     * publicationEnded, maxDuration, diskFull or recorderFailed).
+     * @type {MinatoEvent<{recording: RecordingJSON, member: (RoomMember|undefined)}>} */
+    this.onRecordingStarted = new MinatoEvent();
+    /** @type {MinatoEvent<{recording: RecordingJSON, member: (RoomMember|undefined), reason: string}>} */
+    this.onRecordingStopped = new MinatoEvent();
+    /** Recordings running in the room, by id (from the snapshot and the events).
+     * @type {Map<string, RecordingJSON>} */
+    this.recordings = new Map();
     /** Every room event as received (raw protocol JSON), after it was applied. @type {MinatoEvent<RoomEventJSON>} */
     this.onEvent = new MinatoEvent();
 
@@ -218,6 +227,13 @@ export class SFURoom {
     for (const m of json.members || []) this._upsertMember(m);
     for (const p of json.publications || []) this._upsertPublication(p);
     for (const s of json.subscriptions || []) this._upsertSubscription(s);
+    this.recordings = new Map((json.recordings || []).map((r) => [r.id, r]));
+  }
+
+  /** Whether a recording of `memberId` is running. @param {string} memberId */
+  isRecording(memberId) {
+    for (const r of this.recordings.values()) if (r.memberId === memberId) return true;
+    return false;
   }
 
   /** @param {string} id @returns {RoomMember|undefined} */
@@ -427,6 +443,15 @@ export class SFURoom {
       }
       case 'publicationUnsubscribed':
         this._removeSubscription(d.subscription.id, ev.reason);
+        break;
+      case 'recordingStarted':
+        this.recordings.set(d.recording.id, d.recording);
+        this.onRecordingStarted.emit({ recording: d.recording, member: this._members.get(d.recording.memberId) });
+        break;
+      case 'recordingStopped':
+        this.recordings.delete(d.recording.id);
+        this.onRecordingStopped.emit({ recording: d.recording, member: this._members.get(d.recording.memberId),
+          reason: ev.reason || 'stopped' });
         break;
       case 'metadataUpdated':
         this.metadata = (d.room && d.room.metadata) ?? this.metadata;
