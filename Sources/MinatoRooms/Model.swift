@@ -50,6 +50,9 @@ public struct RoomConfiguration: Sendable {
     public var iceServers = IceServerConfiguration()
     /// Data channels (`rooms.data.*`): message size, per-transport buffer, per-member rate.
     public var data = DataLimits()
+    /// Plain RTP egress (`media.plain.*`): the only addresses it may send to, and how many may exist.
+    public var plainAllowedAddresses = ["127.0.0.1", "::1"]
+    public var plainMaxTransports = 32
     /// Recordings (`recording.*`, Recording.swift).
     public var recording = RecordingConfiguration()
     /// Longest `iceCandidate` line accepted, in bytes.

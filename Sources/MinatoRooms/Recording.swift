@@ -18,7 +18,9 @@ public struct RecordingConfiguration: Sendable {
     /// GStreamer's `gst-launch-1.0` (a name looked up in PATH, or a path).
     public var gstLaunch = "gst-launch-1.0"
     /// The recorder's jitter buffer (`rtpbin latency`): how long it waits for a retransmission.
-    public var latencyMs = 400
+    /// A recording is not watched live, so it waits long: a retransmission the SFU must first
+    /// get from the publisher arrives in time even from a slow one.
+    public var latencyMs = 1000
     /// How long a stopping recorder may take to finish its file before it is killed.
     public var stopTimeoutSec = 10
     /// Ended recordings remembered for `GET /v1/recordings` (the oldest are forgotten first).
@@ -134,8 +136,8 @@ enum RecorderPipeline {
     static func depayloader(_ codec: ForwardedCodec) -> [String] {
         switch codec {
         case .vp8: return ["!", "rtpvp8depay", "request-keyframe=true", "wait-for-keyframe=true"]
-        case .vp9: return ["!", "rtpvp9depay"]
-        case .h264: return ["!", "rtph264depay", "!", "h264parse"]
+        case .vp9: return ["!", "rtpvp9depay", "request-keyframe=true", "wait-for-keyframe=true"]
+        case .h264: return ["!", "rtph264depay", "request-keyframe=true", "wait-for-keyframe=true", "!", "h264parse"]
         case .av1: return ["!", "rtpav1depay", "!", "av1parse"]
         case .opus: return ["!", "rtpopusdepay", "!", "opusparse"]
         }

@@ -50,6 +50,8 @@ public actor RoomService {
     /// Recordings, running and ended (the newest `RecordingConfiguration.keptEnded` ended ones
     /// are kept for listing), in start order (RoomService+Recording.swift).
     var recordings: [Recording] = []
+    /// Plain RTP egress transports made through the admin API (RoomService+PlainEgress.swift).
+    var plainEgresses: [PlainEgress] = []
     /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
     var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
 

@@ -126,6 +126,18 @@ struct AdminAPI: Sendable {
         v1.delete("/rooms/:roomId/recordings/:recordingId") { r, c in
             try await guarded(r) { try await rooms.adminStopRecording(try param(c, "roomId"), try param(c, "recordingId")) }
         }
+        v1.post("/rooms/:roomId/plain-transports") { r, c in
+            try await guarded(r, status: .created) {
+                let body = try await jsonBody(r, c)
+                return try await rooms.adminCreatePlainEgress(try param(c, "roomId"), publicationId: try string(body, "publicationId"),
+                                                              address: try string(body, "address"), rtpPort: try int(body, "rtpPort"),
+                                                              rtcpPort: try int(body, "rtcpPort"), payloadType: try int(body, "payloadType"))
+            }
+        }
+        v1.get("/rooms/:roomId/plain-transports") { r, c in try await guarded(r) { try await rooms.adminPlainEgresses(try param(c, "roomId")) } }
+        v1.delete("/rooms/:roomId/plain-transports/:plainTransportId") { r, c in
+            try await guarded(r) { try await rooms.adminDeletePlainEgress(try param(c, "roomId"), try param(c, "plainTransportId")) }
+        }
         v1.get("/recordings") { r, _ in try await guarded(r) { try await rooms.adminRecordings(nil) } }
         v1.get("/rooms/:roomId/subscriptions") { r, c in try await guarded(r) { try await rooms.adminSubscriptions(try param(c, "roomId")) } }
         v1.delete("/rooms/:roomId/subscriptions/:subscriptionId") { r, c in
@@ -260,6 +272,12 @@ private func bool(_ body: [String: JSONValue], _ key: String) throws -> Bool? {
     guard let v = body[key] else { return nil }
     guard let b = v.boolValue else { throw RoomError.invalidParameter("\"\(key)\" must be true or false.") }
     return b
+}
+
+private func int(_ body: [String: JSONValue], _ key: String) throws -> Int? {
+    guard let v = body[key] else { return nil }
+    guard let i = v.intValue else { throw RoomError.invalidParameter("\"\(key)\" must be an integer.") }
+    return i
 }
 
 private func string(_ body: [String: JSONValue], _ key: String) throws -> String? {

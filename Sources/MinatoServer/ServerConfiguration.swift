@@ -377,6 +377,14 @@ struct ConfigKey: Sendable {
         .int("rooms.data.maxBufferedBytes", 65536...(1 << 28), { $0.rooms.data.maxBufferedBytes }) { $0.rooms.data.maxBufferedBytes = $1 },
         .int("rooms.data.maxMessagesPerSec", 1...1_000_000, { $0.rooms.data.maxMessagesPerSec }) { $0.rooms.data.maxMessagesPerSec = $1 },
         .int("rooms.data.maxChannelsPerTransport", 2...1024, { $0.rooms.data.maxChannelsPerTransport }) { $0.rooms.data.maxChannelsPerTransport = $1 },
+        ConfigKey(path: "media.plain.allowedAddresses", value: { $0.rooms.plainAllowedAddresses.joined(separator: ",") }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            let list = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            for a in list where !isNumericAddress(a) {
+                throw ConfigurationError(message: "\(s): '\(a)' is not a numeric IPv4 or IPv6 address")
+            }
+            c.rooms.plainAllowedAddresses = list
+        },
+        .int("media.plain.maxTransports", 0...10_000, { $0.rooms.plainMaxTransports }) { $0.rooms.plainMaxTransports = $1 },
         ConfigKey(path: "recording.directory", value: { $0.rooms.recording.directory }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
             guard !v.isEmpty, !v.utf8.contains(0) else { throw ConfigurationError(message: "\(s): a directory path is needed") }
             c.rooms.recording.directory = v

@@ -189,6 +189,12 @@ def test_every_operation_on_real_objects(server, seeded, bg):
         stopped = call("DELETE", "/v1/rooms/{roomId}/recordings/{recordingId}", RR)["recording"]
         assert (stopped["state"], stopped["reason"]) == ("stopped", "stopped"), stopped
         assert rec["id"] in [r["id"] for r in call("GET", "/v1/recordings")["recordings"]]
+        plain = call("POST", "/v1/rooms/{roomId}/plain-transports", R,
+                     body={"publicationId": extra.pubs[1], "address": "127.0.0.1", "rtpPort": 9}, status=201)["plainTransport"]
+        assert (plain["rtpPort"], plain["rtcpPort"], plain["publicationId"]) == (9, 10, extra.pubs[1]), plain
+        assert [e["id"] for e in call("GET", "/v1/rooms/{roomId}/plain-transports", R)["plainTransports"]] == [plain["id"]]
+        assert call("DELETE", "/v1/rooms/{roomId}/plain-transports/{plainTransportId}",
+                    {**R, "plainTransportId": plain["id"]}) == {}
         assert call("DELETE", "/v1/rooms/{roomId}/subscriptions/{subscriptionId}",
                     {**R, "subscriptionId": extra.subs[1]}) == {}
         assert call("DELETE", "/v1/rooms/{roomId}/publications/{publicationId}", P1) == {}
