@@ -14,15 +14,15 @@ import MinatoWire
         let a = RecorderPipeline.arguments([vp8, opus], file: "/r/x.webm", latencyMs: 400)
         let line = a.joined(separator: " ")
         #expect(a.prefix(3) == ["-e", "-q", "rtpbin"])
-        #expect(line.contains("latency=400 do-retransmission=true rtp-profile=avpf"))
-        #expect(line.contains("udpsrc address=127.0.0.1 port=5000 caps=application/x-rtp,media=video,clock-rate=90000,encoding-name=VP8,payload=96 ! rb.recv_rtp_sink_0"))
+        #expect(line.contains("latency=400 buffer-mode=synced do-retransmission=true rtp-profile=avpf"))
+        #expect(line.contains("udpsrc address=127.0.0.1 port=5000 caps=application/x-rtp,media=video,clock-rate=90000,encoding-name=VP8,payload=96,rtcp-fb-nack=(boolean)true,rtcp-fb-nack-pli=(boolean)true ! rb.recv_rtp_sink_0"))
         #expect(line.contains("udpsrc address=127.0.0.1 port=5001 ! rb.recv_rtcp_sink_0"))
         #expect(line.contains("rb.send_rtcp_src_0 ! udpsink host=127.0.0.1 port=40000 sync=false async=false"))
-        #expect(line.contains("encoding-name=OPUS,payload=111 ! rb.recv_rtp_sink_1"))
+        #expect(line.contains("encoding-name=OPUS,payload=111 ! rb.recv_rtp_sink_1"))   // no feedback caps for audio
         #expect(line.contains("rb.send_rtcp_src_1 ! udpsink host=127.0.0.1 port=40001"))
         #expect(line.contains("rb. ! rtpvp8depay request-keyframe=true wait-for-keyframe=true ! queue ! mux."))
         #expect(line.contains("rb. ! rtpopusdepay ! opusparse ! queue ! mux."))
-        #expect(line.hasSuffix("webmmux name=mux ! filesink location=/r/x.webm"))
+        #expect(line.hasSuffix("webmmux name=mux ! filesink buffer-mode=unbuffered location=/r/x.webm"))
         // Every argument is one token for gst-launch: no spaces inside.
         #expect(!a.contains { $0.contains(" ") })
     }
