@@ -86,7 +86,7 @@ final class Recording {
             "file": .string(file), "format": .string(format), "state": .string(state.rawValue),
             "startedAt": .string(ISO8601DateFormatter().string(from: startedAt ?? Date())),
             // The media time the file holds: from the first consumer to the stop.
-            "durationMs": .int(startedAt.map { max(0, Int(((mediaEndedAt ?? Date()).timeIntervalSince($0) * 1000).rounded())) } ?? 0),
+            "durationMs": .int(startedAt.map { max(0, Int(exactly: ((mediaEndedAt ?? Date()).timeIntervalSince($0) * 1000).rounded()) ?? 0) } ?? 0),
             "sizeBytes": .int(Int((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)??.int64Value ?? 0))]
         if let endedAt { o["endedAt"] = .string(ISO8601DateFormatter().string(from: endedAt)) }
         if let reason { o["reason"] = .string(reason) }

@@ -146,10 +146,10 @@ extension RoomService {
         }
         r.process = process
         logger.info("recording started", metadata: ["recording": "\(r.id)", "file": "\(r.file)", "pid": "\(process.pid)"])
-        // The recorder listens when its RTP ports can no longer be bound (at most 5 s).
+        // The recorder listens once the kernel lists its RTP ports as bound (at most 5 s).
         let ports = r.streams.map(\.recorderRtpPort)
         for _ in 0..<250 {
-            if ports.allSatisfy({ !Self.canBind($0) }) || !process.isRunning { break }
+            if Self.boundUdpPorts().isSuperset(of: ports) || !process.isRunning { break }
             try? await Task.sleep(for: .milliseconds(20))
         }
         guard process.isRunning, r.state == .starting else {
@@ -310,16 +310,20 @@ extension RoomService {
         return ports
     }
 
-    /// Whether UDP `port` on 127.0.0.1 is free (nobody bound it).
-    static func canBind(_ port: UInt16) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { Glibc.close(fd) }
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
-        a.sin_port = port.bigEndian
-        return withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 } }
+    /// The local ports of the UDP sockets bound in this network namespace (/proc/net/udp and
+    /// udp6). Read rather than probed: a probe that binds the port could make the recorder's own
+    /// bind fail if it came at that moment.
+    static func boundUdpPorts() -> Set<UInt16> {
+        var ports = Set<UInt16>()
+        for table in ["/proc/net/udp", "/proc/net/udp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard fields.count > 1, let colon = fields[1].lastIndex(of: ":"),
+                      let port = UInt16(fields[1][fields[1].index(after: colon)...], radix: 16) else { continue }
+                ports.insert(port)
+            }
+        }
+        return ports
     }
 }

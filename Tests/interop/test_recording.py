@@ -143,10 +143,13 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
             leg = UdpLoss(2.0, dport=recorder_ports(rec["file"])[0], hook="input", table="minato_rec_leg")
             leg.start()
             nacks_before = metric(scrape(server.http), "minato_rtcp_nacks_received_total") or 0
+            recorder = recorder_pid(rec["file"])
             try:
                 clock["t0"] = time.monotonic()
                 first_index = video.frames_sent
+                cpu0, t0 = cpu_seconds(recorder), time.monotonic()
                 await asyncio.sleep(12.0)
+                cpu = (cpu_seconds(recorder) - cpu0) / (time.monotonic() - t0)
                 last_index = video.frames_sent
                 t_stop = time.monotonic()
                 status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
@@ -163,7 +166,8 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
         assert done["state"] == "stopped" and done["reason"] == "stopped", done
         problem = loss.check(counters) or leg.check(leg_counters)
         assert not problem, problem
-        print(f"[recording] {name}: recorder leg {leg_counters}, NACKs from the recorder {nacks:.0f}")
+        print(f"[recording] {name}: recorder leg {leg_counters}, NACKs from the recorder {nacks:.0f}, "
+              f"recorder CPU {cpu:.1%} of a core at {done['sizeBytes'] * 8 / max(1, done['durationMs']):.0f} kbit/s")
         assert nacks > 0, "the recorder sent no NACK for the packets dropped on its leg"
         path = done["file"]
         try:
@@ -285,6 +289,12 @@ def recorder_ports(file: str) -> list[int]:
             ports.append(int(cmd[i + 2][5:]))
     assert ports, f"no RTP port in the recorder's command line {cmd}"
     return ports
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def recorder_pid(file: str) -> int:
