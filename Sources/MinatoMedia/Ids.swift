@@ -92,7 +92,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case srtpUnprotectFailed
     /// Neither RTP, RTCP nor DTLS (RFC 7983 first byte), or STUN libnice did not consume.
     case unknownPacket
-    /// On a plain RTP egress transport: a datagram that is not RTCP from its remote address.
+    /// On a plain RTP transport: a datagram from another address than its remote's, or RTP on
+    /// an egress one, or neither RTP nor RTCP.
     case plainUnexpected
     // Send side.
     /// Queued for a transport that closed before the flush.

@@ -195,6 +195,9 @@ final class LocalSFURoomMember {
     /// Set for a member made by an HTTP media session (WHIP/WHEP, RoomService+MediaSessions):
     /// no keepalive expiry and no server offers.
     var mediaSession: MediaSession?
+    /// A bot member whose publications are fed by plain RTP senders (RoomService+PlainIngress):
+    /// no signaling connection, so no keepalive expiry; it leaves with its last publication.
+    var plainIngress = false
     var recvVersion = 0
     var sendVersion = 0
     let sessionId = UInt64.random(in: 1...UInt64(Int64.max))

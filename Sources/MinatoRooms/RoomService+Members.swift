@@ -163,7 +163,7 @@ extension RoomService {
         for room in rooms {
             // A media session has no signaling connection to keep alive: its transport's
             // timeout (media.transportTimeoutSec) ends it instead.
-            for m in room.members where m.mediaSession == nil {
+            for m in room.members where m.mediaSession == nil && !m.plainIngress {
                 let ttl = Duration.seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec)
                 if let gone = m.disconnectedAt, now - gone > .seconds(m.keepaliveIntervalGapSec) {
                     removeMember(m, from: room, reason: "keepaliveExpired")

@@ -182,6 +182,7 @@ extension RoomService {
         for sub in room.subscriptions where sub.publicationId == pub.id { endSubscription(sub, in: room, offerToSubscriber: true) }
         recordedPublicationEnded(pub.id, reason: "publicationEnded")
         plainEgressPublicationEnded(pub.id)
+        plainIngressPublicationEnded(pub.id)
         if let producer = pub.producer { workers[room.worker].post { $0.removeProducer(producer) } }
         if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.removeDataPublication(pid) } }
         room.publications.removeAll { $0 === pub }

@@ -52,6 +52,8 @@ public actor RoomService {
     var recordings: [Recording] = []
     /// Plain RTP egress transports made through the admin API (RoomService+PlainEgress.swift).
     var plainEgresses: [PlainEgress] = []
+    /// Publications fed by plain RTP senders (RoomService+PlainIngress.swift).
+    var plainIngresses: [PlainIngress] = []
     /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
     var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
 
@@ -112,7 +114,7 @@ public actor RoomService {
         func consider(_ t: ContinuousClock.Instant) { if soonest.map({ t < $0 }) ?? true { soonest = t } }
         for room in rooms {
             if let due = room.closesWhenEmpty(after: configuration.emptyTimeoutSec) { consider(due) }
-            for m in room.members where m.mediaSession == nil {
+            for m in room.members where m.mediaSession == nil && !m.plainIngress {
                 consider(m.lastSeen + .seconds(m.keepaliveIntervalSec + m.keepaliveIntervalGapSec))
                 if let gone = m.disconnectedAt { consider(gone + .seconds(m.keepaliveIntervalGapSec)) }
             }

@@ -138,6 +138,19 @@ struct AdminAPI: Sendable {
         v1.delete("/rooms/:roomId/plain-transports/:plainTransportId") { r, c in
             try await guarded(r) { try await rooms.adminDeletePlainEgress(try param(c, "roomId"), try param(c, "plainTransportId")) }
         }
+        v1.post("/rooms/:roomId/plain-publications") { r, c in
+            try await guarded(r, status: .created) {
+                let body = try await jsonBody(r, c)
+                let request = PlainPublicationRequest(memberName: try string(body, "memberName"), mimeType: try string(body, "mimeType"),
+                                                      payloadType: try int(body, "payloadType"), ssrc: try int(body, "ssrc"),
+                                                      address: try string(body, "address"), fmtp: try string(body, "fmtp"))
+                return try await rooms.adminCreatePlainIngress(try param(c, "roomId"), request)
+            }
+        }
+        v1.get("/rooms/:roomId/plain-publications") { r, c in try await guarded(r) { try await rooms.adminPlainIngresses(try param(c, "roomId")) } }
+        v1.delete("/rooms/:roomId/plain-publications/:plainPublicationId") { r, c in
+            try await guarded(r) { try await rooms.adminDeletePlainIngress(try param(c, "roomId"), try param(c, "plainPublicationId")) }
+        }
         v1.get("/recordings") { r, _ in try await guarded(r) { try await rooms.adminRecordings(nil) } }
         v1.get("/rooms/:roomId/subscriptions") { r, c in try await guarded(r) { try await rooms.adminSubscriptions(try param(c, "roomId")) } }
         v1.delete("/rooms/:roomId/subscriptions/:subscriptionId") { r, c in

@@ -257,8 +257,8 @@ public final class WorkerCore {
     }
 
     public func addProducer(on id: TransportId, _ make: (TransportIndex) -> ProducerParameters) throws -> ProducerId {
-        guard let t = transports[id] else { throw WorkerError.unknownTransport(id) }
-        do { return try engine.addProducer(make(t.index)) } catch { throw WorkerError.media(error) }
+        guard let index = transports[id]?.index ?? plainTransports[id]?.index else { throw WorkerError.unknownTransport(id) }
+        do { return try engine.addProducer(make(index)) } catch { throw WorkerError.media(error) }
     }
 
     public func addConsumer(on id: TransportId, _ make: (TransportIndex) -> ConsumerParameters) throws -> ConsumerId {

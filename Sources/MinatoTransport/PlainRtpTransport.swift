@@ -31,10 +31,18 @@ public struct PlainTransportDescription: Sendable {
 /// reports, NACK, PLI) from the remote, for the engine like any subscriber's feedback; a
 /// datagram from another address, or one that is not RTCP, is dropped (`plainUnexpected`).
 /// Owned by its `WorkerCore`, on the worker's thread; the packet path allocates nothing.
+///
+/// An ingress transport (`ingress`) receives instead: RTP and RTCP on its one port (RTCP
+/// multiplexed, as FFmpeg sends with `?rtcpport=` the same port and GStreamer with one
+/// `udpsink`) from the remote's address, any port. The first datagram from that address names
+/// the port the engine's feedback (receiver reports, PLI) goes back to (comedia).
 final class PlainRtpTransport {
     let id: TransportId
     let index: TransportIndex
     let remote: PlainRemote
+    let ingress: Bool
+    /// Ingress: the sender's port is known (from its first datagram).
+    private(set) var learnedPeer = false
     private(set) var fd: Int32 = -1
     private(set) var localPort: UInt16 = 0
     private var rtpPeer = sockaddr_storage()
@@ -46,8 +54,8 @@ final class PlainRtpTransport {
 
     enum Failure: Error, Equatable { case badAddress, socket(Int32) }
 
-    init(id: TransportId, index: TransportIndex, remote: PlainRemote) {
-        self.id = id; self.index = index; self.remote = remote
+    init(id: TransportId, index: TransportIndex, remote: PlainRemote, ingress: Bool = false) {
+        self.id = id; self.index = index; self.remote = remote; self.ingress = ingress
     }
 
     deinit { buffer.deallocate() }
@@ -111,13 +119,19 @@ final class PlainRtpTransport {
             }
         }
         guard n >= 0 else { return nil }
-        return (UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n]), sameHost(from))
+        let fromRemote = sameHost(from)
+        if ingress, fromRemote, !learnedPeer {
+            rtpPeer = from
+            rtcpPeer = from
+            learnedPeer = true
+        }
+        return (UnsafeMutableRawBufferPointer(rebasing: buffer[0..<n]), fromRemote)
     }
 
     /// Sends one datagram to the remote's RTP or RTCP port; false when the kernel refused it.
     @inline(__always)
     func send(_ bytes: UnsafeMutableRawPointer, length: Int, rtcp: Bool) -> Bool {
-        guard fd >= 0 else { return false }
+        guard fd >= 0, !ingress || learnedPeer else { return false }
         let n: Int = rtcp
             ? withUnsafePointer(to: &rtcpPeer) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, bytes, length, Int32(MSG_DONTWAIT), $0, peerLength) } }
             : withUnsafePointer(to: &rtpPeer) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, bytes, length, Int32(MSG_DONTWAIT), $0, peerLength) } }

@@ -7,10 +7,13 @@ internal import MinatoWire
 extension WorkerCore {
     /// Makes a plain RTP egress transport in `router` sending to `remote`. Consumers are added
     /// to it with `addConsumer(on:)` like on a WebRTC transport; it is closed by `closeTransport`.
-    public func createPlainTransport(id: TransportId, router: RouterId, remote: PlainRemote) throws -> PlainTransportDescription {
+    /// With `ingress`, it receives a sender's RTP and RTCP on its port instead (from
+    /// `remote.address`; the ports are learned); producers are added with `addProducer(on:)`.
+    public func createPlainTransport(id: TransportId, router: RouterId, remote: PlainRemote,
+                                     ingress: Bool = false) throws -> PlainTransportDescription {
         assertOnThread()
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
-        let t = PlainRtpTransport(id: id, index: index, remote: remote)
+        let t = PlainRtpTransport(id: id, index: index, remote: remote, ingress: ingress)
         do {
             let description = try t.open(context: context, worker: self)
             plainTransports[id] = t
@@ -35,16 +38,22 @@ extension WorkerCore {
     }
 
     /// The socket of `t` is readable: at most 64 datagrams are read (the rest wait for the next
-    /// loop iteration), RTCP from the remote goes to the engine, anything else is dropped.
+    /// loop iteration). RTCP from the remote goes to the engine, and on an ingress transport its
+    /// RTP too; anything else is dropped.
     func plainReadable(_ t: PlainRtpTransport) {
         var budget = 64
         while budget > 0, let (datagram, fromRemote) = t.read() {
             budget -= 1
-            guard fromRemote, classifyPacket(UnsafeRawBufferPointer(datagram)) == .rtcp else {
+            guard fromRemote else { drops[DropReason.plainUnexpected.rawValue] &+= 1; continue }
+            switch classifyPacket(UnsafeRawBufferPointer(datagram)) {
+            case .rtcp:
+                engine.handleRtcp(from: t.index, packet: UnsafeRawBufferPointer(datagram), now: monotonicNow())
+            case .rtp where t.ingress:
+                engine.handleRtp(from: t.index, packet: datagram, now: monotonicNow())
+            default:
                 drops[DropReason.plainUnexpected.rawValue] &+= 1
                 continue
             }
-            engine.handleRtcp(from: t.index, packet: UnsafeRawBufferPointer(datagram), now: monotonicNow())
             flushIfFull()
         }
     }

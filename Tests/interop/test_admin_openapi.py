@@ -135,7 +135,9 @@ def seeded_ids_run(server, seeded, tmp_path) -> None:
 """
     run_schemathesis(server, tmp_path, "seeded", config, "--phases", "examples,coverage,fuzzing",
                      "--include-path-regex", r"\{roomId\}", "--exclude-method", "DELETE",
-                     "--exclude-path", "/v1/rooms/{roomId}/members/evict")
+                     "--exclude-path", "/v1/rooms/{roomId}/members/evict",
+                     # it adds a member and a publication to the room, which must stay whole
+                     "--exclude-path", "/v1/rooms/{roomId}/plain-publications")
     # the seeded room is still whole (nothing destructive ran), and it was really addressed
     room = Admin(server.http).room(seeded.room["id"])
     assert len(room["members"]) == 3 and len(room["publications"]) == 2 and len(room["subscriptions"]) == 2, room
@@ -195,6 +197,13 @@ def test_every_operation_on_real_objects(server, seeded, bg):
         assert [e["id"] for e in call("GET", "/v1/rooms/{roomId}/plain-transports", R)["plainTransports"]] == [plain["id"]]
         assert call("DELETE", "/v1/rooms/{roomId}/plain-transports/{plainTransportId}",
                     {**R, "plainTransportId": plain["id"]}) == {}
+        fed = call("POST", "/v1/rooms/{roomId}/plain-publications", R,
+                   body={"memberName": "rtp-cam", "mimeType": "audio/opus", "payloadType": 111, "ssrc": 4242},
+                   status=201)["plainPublication"]
+        assert (fed["kind"], fed["ssrc"], fed["address"]) == ("audio", 4242, "127.0.0.1") and fed["port"] > 0, fed
+        assert [e["id"] for e in call("GET", "/v1/rooms/{roomId}/plain-publications", R)["plainPublications"]] == [fed["id"]]
+        assert call("DELETE", "/v1/rooms/{roomId}/plain-publications/{plainPublicationId}",
+                    {**R, "plainPublicationId": fed["id"]}) == {}
         assert call("DELETE", "/v1/rooms/{roomId}/subscriptions/{subscriptionId}",
                     {**R, "subscriptionId": extra.subs[1]}) == {}
         assert call("DELETE", "/v1/rooms/{roomId}/publications/{publicationId}", P1) == {}

@@ -23,7 +23,7 @@ import pytest
 import av
 from admin_util import http, metric, scrape
 from impair import UdpLoss
-from media import ScheduledToneTrack, SyntheticVideoTrack, read_index
+from media import AudioSink, ScheduledToneTrack, SyntheticVideoTrack, VideoSink, read_index
 from conftest import ARTIFACTS, Server, minato_binary
 from minato_client import Member, run_async
 from waiting import await_until
@@ -131,7 +131,9 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
         await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
         sender = next(s for s in pub.send_pc.getSenders() if s.track is video)
         loss = UdpLoss(2.0, ssrc=sender._ssrc, hook="output")
-        loss.start()
+        # Everything that blocks (nft, /proc, HTTP) runs off the event loop: the publisher's
+        # sender reports are timed on it, and a stalled loop skews the sync they give the recorder.
+        await asyncio.to_thread(loss.start)
         try:
             status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
             assert status == 201, body
@@ -140,10 +142,11 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
             assert rec["publicationIds"] == [vpub.id, apub.id], rec
             # 2% loss on the SFU's leg into the recorder's video port too, so its NACKs to the
             # plain transport are what repair it.
-            leg = UdpLoss(2.0, dport=recorder_ports(rec["file"])[0], hook="input", table="minato_rec_leg")
-            leg.start()
-            nacks_before = metric(scrape(server.http), "minato_rtcp_nacks_received_total") or 0
-            recorder = recorder_pid(rec["file"])
+            ports = await asyncio.to_thread(recorder_ports, rec["file"])
+            leg = UdpLoss(2.0, dport=ports[0], hook="input", table="minato_rec_leg")
+            await asyncio.to_thread(leg.start)
+            nacks_before = metric(await asyncio.to_thread(scrape, server.http), "minato_rtcp_nacks_received_total") or 0
+            recorder = await asyncio.to_thread(recorder_pid, rec["file"])
             try:
                 clock["t0"] = time.monotonic()
                 first_index = video.frames_sent
@@ -154,13 +157,13 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
                 t_stop = time.monotonic()
                 status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
                 stop_ms = (time.monotonic() - t_stop) * 1000
-                leg_counters = leg.counters()
+                leg_counters = await asyncio.to_thread(leg.counters)
             finally:
-                leg.stop()
-            counters = loss.counters()
-            nacks = (metric(scrape(server.http), "minato_rtcp_nacks_received_total") or 0) - nacks_before
+                await asyncio.to_thread(leg.stop)
+            counters = await asyncio.to_thread(loss.counters)
+            nacks = (metric(await asyncio.to_thread(scrape, server.http), "minato_rtcp_nacks_received_total") or 0) - nacks_before
         finally:
-            loss.stop()
+            await asyncio.to_thread(loss.stop)
         assert status == 200, body
         done = body["recording"]
         assert done["state"] == "stopped" and done["reason"] == "stopped", done
@@ -469,3 +472,65 @@ async def plain_egress(server, tmp_path: Path):
             ffmpeg.kill()
             await ffmpeg.wait()
         await pub.close()
+
+
+def test_plain_rtp_ingress_from_ffmpeg(server):
+    """Debian's FFmpeg publishes VP8 and Opus into a room over plain RTP (`-f rtp`): an aiortc
+    subscriber decodes the video and hears the 440 Hz tone; the sender's member is a bot; a
+    sender address outside media.plain.allowedAddresses is refused; the member leaves with its
+    last plain publication."""
+    run_async(plain_ingress(server), timeout=90)
+
+
+async def plain_ingress(server):
+    room_id = new_room(server, "ingress")
+    path = f"/v1/rooms/{room_id}/plain-publications"
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/VP8", "payloadType": 96,
+                                              "ssrc": 1111, "address": "198.18.0.1"})
+    assert (status, body["error"]["name"]) == (403, "addressNotAllowed"), body
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/XVID", "payloadType": 96, "ssrc": 1})
+    assert (status, body["error"]["name"]) == (400, "invalidParameter"), body
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/VP8", "payloadType": 96, "ssrc": 1111})
+    assert status == 201, body
+    v = body["plainPublication"]
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "audio/opus", "payloadType": 111, "ssrc": 2222})
+    assert status == 201, body
+    a = body["plainPublication"]
+    assert v["memberId"] == a["memberId"] and v["port"] != a["port"], (v, a)
+    members = api(server, "GET", f"/v1/rooms/{room_id}/members")[1]["members"]
+    assert [(m["name"], m["type"]) for m in members] == [("ffmpeg", "bot")], members
+    viewer = await Member.join(server.url, room_id, "viewer")
+    ffmpeg = None
+    try:
+        sv = await viewer.subscribe(v["publicationId"])
+        sa = await viewer.subscribe(a["publicationId"])
+        vs, as_ = VideoSink(sv.track, "viewer-video"), AudioSink(sa.track, "viewer-audio")
+        ffmpeg = await asyncio.create_subprocess_exec(
+            "ffmpeg", "-nostdin", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30",
+            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-t", "30",
+            "-map", "0:v", "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "500k", "-g", "30",
+            "-f", "rtp", "-payload_type", "96", "-ssrc", "1111", f"rtp://127.0.0.1:{v['port']}?rtcpport={v['port']}",
+            "-map", "1:a", "-c:a", "libopus", "-ar", "48000", "-ac", "2",
+            "-f", "rtp", "-payload_type", "111", "-ssrc", "2222", f"rtp://127.0.0.1:{a['port']}?rtcpport={a['port']}",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        t0 = time.monotonic()
+        assert await vs.wait_frames(90, 20), f"the viewer decoded {vs.frames} frames of FFmpeg's video"
+        first = (vs.first_frame_at or t0) - t0
+        await await_until(lambda: as_.loud_frames > 100, 10, "the viewer hears FFmpeg's tone", interval=0.2)
+        await asyncio.sleep(1.0)
+        problem = as_.tone_problem(440.0)
+        print(f"[plain] ingress: first frame {first:.2f} s after FFmpeg started, {vs.frames} frames, "
+              f"{as_.loud_frames} loud audio frames")
+        assert not problem, problem
+        status, body = api(server, "DELETE", f"{path}/{v['id']}")
+        assert (status, body) == (200, {}), body
+        assert [p["id"] for p in api(server, "GET", path)[1]["plainPublications"]] == [a["id"]]
+        status, body = api(server, "DELETE", f"{path}/{a['id']}")
+        assert (status, body) == (200, {}), body
+        members = api(server, "GET", f"/v1/rooms/{room_id}/members")[1]["members"]
+        assert [m["name"] for m in members] == ["viewer"], members
+    finally:
+        if ffmpeg is not None and ffmpeg.returncode is None:
+            ffmpeg.kill()
+            await ffmpeg.wait()
+        await viewer.close()
