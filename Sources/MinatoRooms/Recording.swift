@@ -45,6 +45,8 @@ final class Recording {
         var serverPort: UInt16 = 0
         var consumer: ConsumerId?
         let producer: ProducerId
+        /// The publisher's format parameters (a playback publishes the stream with them).
+        var fmtp: String?
     }
 
     let id: String

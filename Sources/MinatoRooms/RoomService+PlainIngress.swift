@@ -49,7 +49,13 @@ public struct PlainPublicationRequest: Sendable {
 
 extension RoomService {
     public func adminCreatePlainIngress(_ roomId: String, _ r: PlainPublicationRequest) async throws(RoomError) -> JSONValue {
-        let room = try adminRoom(roomId)
+        ["plainPublication": try await createPlainIngress(in: try adminRoom(roomId), r).json]
+    }
+
+    /// Makes the member (or takes the bot of that name), the transport, the producer and the
+    /// publication; nothing is left behind when it fails.
+    /// `anyAddress`: the sender is the server's own (a playback), whatever `allowedAddresses` says.
+    func createPlainIngress(in room: Room, _ r: PlainPublicationRequest, anyAddress: Bool = false) async throws(RoomError) -> PlainIngress {
         guard let mimeType = r.mimeType, let codecName = ForwardedCodec(mimeType: mimeType) else {
             throw RoomError.invalidParameter("\"mimeType\" must be audio/opus, video/VP8, video/VP9 or video/H264.")
         }
@@ -61,7 +67,7 @@ extension RoomService {
             throw RoomError.invalidParameter("\"ssrc\" must be 1...4294967295 (the sender's, e.g. FFmpeg's -ssrc).")
         }
         let address = r.address ?? "127.0.0.1"
-        guard configuration.plainAllowedAddresses.contains(address) else {
+        guard anyAddress || configuration.plainAllowedAddresses.contains(address) else {
             throw RoomError(code: 403, name: "addressNotAllowed",
                             detail: "Plain RTP is taken only from media.plain.allowedAddresses (\(configuration.plainAllowedAddresses.joined(separator: ", "))).")
         }
@@ -120,7 +126,7 @@ extension RoomService {
         await followPublication(pub, in: room)
         flushOutbox()
         logger.info("plain RTP publication", metadata: ["publication": "\(pub.id)", "port": "\(ingress.port)"])
-        return ["plainPublication": ingress.json]
+        return ingress
     }
 
     public func adminPlainIngresses(_ roomId: String) throws(RoomError) -> JSONValue {
@@ -160,7 +166,7 @@ extension RoomService {
         return member
     }
 
-    private func leaveIfNothingPublished(_ m: LocalSFURoomMember, in room: Room) {
+    func leaveIfNothingPublished(_ m: LocalSFURoomMember, in room: Room) {
         guard m.plainIngress, !m.removed, !room.publications.contains(where: { $0.publisherId == m.id }) else { return }
         removeMember(m, from: room, reason: "left")
     }

@@ -183,6 +183,7 @@ extension RoomService {
         recordedPublicationEnded(pub.id, reason: "publicationEnded")
         plainEgressPublicationEnded(pub.id)
         plainIngressPublicationEnded(pub.id)
+        playbackPublicationEnded(pub.id)
         if let producer = pub.producer { workers[room.worker].post { $0.removeProducer(producer) } }
         if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.removeDataPublication(pid) } }
         room.publications.removeAll { $0 === pub }

@@ -44,7 +44,7 @@ extension RoomService {
             streams.append(Recording.Stream(publicationId: pub.id, kind: pub.contentType, codec: stream.codec.codec.codec,
                                             payloadType: stream.codec.codec.codec == .opus ? 111 : 96,
                                             recorderRtpPort: ports[2 * i], recorderRtcpPort: ports[2 * i + 1],
-                                            transport: tid, producer: producer))
+                                            transport: tid, producer: producer, fmtp: stream.codec.codec.parameters.text))
         }
         let recording = Recording(id: id, roomId: room.id, memberId: pubs[0].publisherId, file: file, format: format, streams: streams)
         recordings.append(recording)

@@ -54,6 +54,8 @@ public actor RoomService {
     var plainEgresses: [PlainEgress] = []
     /// Publications fed by plain RTP senders (RoomService+PlainIngress.swift).
     var plainIngresses: [PlainIngress] = []
+    /// Recordings played into rooms, running and ended (RoomService+Playback.swift).
+    var playbacks: [Playback] = []
     /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
     var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
 

@@ -151,6 +151,17 @@ struct AdminAPI: Sendable {
         v1.delete("/rooms/:roomId/plain-publications/:plainPublicationId") { r, c in
             try await guarded(r) { try await rooms.adminDeletePlainIngress(try param(c, "roomId"), try param(c, "plainPublicationId")) }
         }
+        v1.post("/rooms/:roomId/playbacks") { r, c in
+            try await guarded(r, status: .created) {
+                let body = try await jsonBody(r, c)
+                return try await rooms.adminStartPlayback(try param(c, "roomId"), recordingId: try string(body, "recordingId"),
+                                                          memberName: try string(body, "memberName"), startDelayMs: try int(body, "startDelayMs"))
+            }
+        }
+        v1.get("/rooms/:roomId/playbacks") { r, c in try await guarded(r) { try await rooms.adminPlaybacks(try param(c, "roomId")) } }
+        v1.delete("/rooms/:roomId/playbacks/:playbackId") { r, c in
+            try await guarded(r) { try await rooms.adminStopPlayback(try param(c, "roomId"), try param(c, "playbackId")) }
+        }
         v1.get("/recordings") { r, _ in try await guarded(r) { try await rooms.adminRecordings(nil) } }
         v1.get("/rooms/:roomId/subscriptions") { r, c in try await guarded(r) { try await rooms.adminSubscriptions(try param(c, "roomId")) } }
         v1.delete("/rooms/:roomId/subscriptions/:subscriptionId") { r, c in

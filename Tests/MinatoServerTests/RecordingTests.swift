@@ -60,3 +60,21 @@ import MinatoWire
         #expect(throws: ConfigurationError.self) { try c.apply(environment: ["MINATO_RECORDING_MAX_DURATION_SEC": "0"]) }
     }
 }
+
+/// The player's command line (the playback itself is tested in Tests/interop/test_recording.py).
+@Suite struct PlaybackPipelineTests {
+    @Test func eachStreamGoesThroughAnRtpbinSessionToItsIngressPort() {
+        let a = PlaybackPipeline.arguments(file: "/r/x.webm", [
+            .init(kind: "video", codec: .vp8, payloadType: 96, ssrc: 7, port: 40010),
+            .init(kind: "audio", codec: .opus, payloadType: 111, ssrc: 8, port: 40011)])
+        let line = a.joined(separator: " ")
+        #expect(line.hasPrefix("-q rtpbin name=rb sdes=application/x-rtp-source-sdes,cname=(string)minato-playback filesrc location=/r/x.webm ! matroskademux name=d"))
+        #expect(line.contains("d.video_0 ! queue ! rtpvp8pay picture-id-mode=15-bit pt=96 ssrc=7 mtu=1200 ! rb.send_rtp_sink_0"))
+        #expect(line.contains("rb.send_rtp_src_0 ! udpsink host=127.0.0.1 port=40010 sync=true"))
+        #expect(line.contains("rb.send_rtcp_src_0 ! udpsink host=127.0.0.1 port=40010 sync=false async=false"))
+        #expect(line.contains("d.audio_0 ! queue ! rtpopuspay pt=111 ssrc=8 mtu=1200 ! rb.send_rtp_sink_1"))
+        #expect(!a.contains { $0.contains(" ") })
+        let h264 = PlaybackPipeline.arguments(file: "f.mkv", [.init(kind: "video", codec: .h264, payloadType: 96, ssrc: 1, port: 2)])
+        #expect(h264.joined(separator: " ").contains("h264parse ! rtph264pay config-interval=-1 pt=96"))
+    }
+}

@@ -137,7 +137,8 @@ def seeded_ids_run(server, seeded, tmp_path) -> None:
                      "--include-path-regex", r"\{roomId\}", "--exclude-method", "DELETE",
                      "--exclude-path", "/v1/rooms/{roomId}/members/evict",
                      # it adds a member and a publication to the room, which must stay whole
-                     "--exclude-path", "/v1/rooms/{roomId}/plain-publications")
+                     "--exclude-path", "/v1/rooms/{roomId}/plain-publications",
+                     "--exclude-path", "/v1/rooms/{roomId}/playbacks")
     # the seeded room is still whole (nothing destructive ran), and it was really addressed
     room = Admin(server.http).room(seeded.room["id"])
     assert len(room["members"]) == 3 and len(room["publications"]) == 2 and len(room["subscriptions"]) == 2, room
@@ -191,6 +192,12 @@ def test_every_operation_on_real_objects(server, seeded, bg):
         stopped = call("DELETE", "/v1/rooms/{roomId}/recordings/{recordingId}", RR)["recording"]
         assert (stopped["state"], stopped["reason"]) == ("stopped", "stopped"), stopped
         assert rec["id"] in [r["id"] for r in call("GET", "/v1/recordings")["recordings"]]
+        played = call("POST", "/v1/rooms/{roomId}/playbacks", R, body={"recordingId": rec["id"], "memberName": "replay"},
+                      status=201)["playback"]
+        assert (played["state"], played["recordingId"]) == ("playing", rec["id"]), played
+        assert [p["id"] for p in call("GET", "/v1/rooms/{roomId}/playbacks", R)["playbacks"]] == [played["id"]]
+        stopped_play = call("DELETE", "/v1/rooms/{roomId}/playbacks/{playbackId}", {**R, "playbackId": played["id"]})["playback"]
+        assert (stopped_play["state"], stopped_play["reason"]) == ("ended", "stopped"), stopped_play
         plain = call("POST", "/v1/rooms/{roomId}/plain-transports", R,
                      body={"publicationId": extra.pubs[1], "address": "127.0.0.1", "rtpPort": 9}, status=201)["plainTransport"]
         assert (plain["rtpPort"], plain["rtcpPort"], plain["publicationId"]) == (9, 10, extra.pubs[1]), plain

@@ -23,7 +23,7 @@ import pytest
 import av
 from admin_util import http, metric, scrape
 from impair import UdpLoss
-from media import AudioSink, ScheduledToneTrack, SyntheticVideoTrack, VideoSink, read_index
+from media import AudioSink, ScheduledToneTrack, SineAudioTrack, SyntheticVideoTrack, VideoSink, read_index
 from conftest import ARTIFACTS, Server, minato_binary
 from minato_client import Member, run_async
 from waiting import await_until
@@ -533,4 +533,69 @@ async def plain_ingress(server):
         if ffmpeg is not None and ffmpeg.returncode is None:
             ffmpeg.kill()
             await ffmpeg.wait()
+        await viewer.close()
+
+
+def test_playback_of_a_recording(server):
+    """A recording played into another room: a bot member publishes it in real time, an aiortc
+    viewer decodes the recorded frames (indexes drawn in the pictures) in order and hears the
+    tone, and the member leaves when the file ends."""
+    run_async(playback(server), timeout=120)
+
+
+async def playback(server):
+    room_id = new_room(server, "rec-src")
+    video = SyntheticVideoTrack()
+    pub = await Member.join(server.url, room_id, "speaker")
+    try:
+        await pub.publish(video)
+        await pub.publish(SineAudioTrack())
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert status == 201, body
+        await asyncio.sleep(6.0)
+        status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{body['recording']['id']}")
+        assert status == 200 and body["recording"]["state"] == "stopped", body
+        rec = body["recording"]
+    finally:
+        await pub.close()
+    recorded = sorted({i for _, i in (await asyncio.to_thread(decoded, rec["file"]))[0]})
+    room2 = new_room(server, "rec-play")
+    viewer = await Member.join(server.url, room2, "viewer")
+    try:
+        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room2}/playbacks",
+                                               {"recordingId": rec["id"], "memberName": "replay", "startDelayMs": 2000})
+        assert status == 201, body
+        pb = body["playback"]
+        assert pb["state"] == "playing" and len(pb["publicationIds"]) == 2, pb
+        sv = await viewer.subscribe(pb["publicationIds"][0])
+        sa = await viewer.subscribe(pb["publicationIds"][1])
+        as_ = AudioSink(sa.track, "replay-audio")
+        seen: list[int] = []
+
+        async def collect() -> None:
+            while True:
+                frame = await sv.track.recv()
+                i = read_index(frame)
+                if i is not None:
+                    seen.append(i)
+        collector = asyncio.ensure_future(collect())
+
+        def state():
+            return api(server, "GET", f"/v1/rooms/{room2}/playbacks")[1]["playbacks"][0]
+        ended = await await_until(lambda: (s := state())["state"] != "playing" and s, 30, "the playback ends with its file",
+                                  interval=0.5)
+        collector.cancel()
+        assert (ended["state"], ended["reason"]) == ("ended", "fileEnded"), ended
+        problem = as_.tone_problem(440.0)
+        members = api(server, "GET", f"/v1/rooms/{room2}/members")[1]["members"]
+        got = sorted(set(seen))
+        share = len(got) / max(1, len(recorded))
+        print(f"[playback] {len(recorded)} frames recorded, {len(got)} decoded by the viewer ({share:.1%}), in order: "
+              f"{seen == sorted(seen)}; audio {as_.loud_frames} loud frames")
+        assert [m["name"] for m in members] == ["viewer"], members
+        assert share >= 0.95, f"the viewer decoded {len(got)} of the {len(recorded)} recorded frames"
+        assert seen == sorted(seen), "frames out of order"
+        assert not problem, problem
+    finally:
         await viewer.close()
