@@ -146,7 +146,11 @@ enum RecorderPipeline {
         switch codec {
         case .vp8: return ["!", "rtpvp8depay", "request-keyframe=true", "wait-for-keyframe=true"]
         case .vp9: return ["!", "rtpvp9depay", "request-keyframe=true", "wait-for-keyframe=true"]
-        case .h264: return ["!", "rtph264depay", "request-keyframe=true", "wait-for-keyframe=true", "!", "h264parse"]
+        // avc3: parameter sets in the stream, not in the caps. A browser that changes its
+        // resolution sends new ones, and Matroska refuses a caps change ("Caps changes are not
+        // supported", found with Chromium going from 320x240 to 480x360).
+        case .h264: return ["!", "rtph264depay", "request-keyframe=true", "wait-for-keyframe=true", "!", "h264parse",
+                            "!", "video/x-h264,stream-format=avc3,alignment=au"]
         case .av1: return ["!", "rtpav1depay", "!", "av1parse"]
         case .opus: return ["!", "rtpopusdepay", "!", "opusparse"]
         }

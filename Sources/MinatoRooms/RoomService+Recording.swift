@@ -97,11 +97,11 @@ extension RoomService {
         } else if let memberId {
             guard room.member(memberId) != nil else { throw RoomError.memberNotFound(memberId) }
             for kind in ["video", "audio"] {
-                if let p = room.publications.first(where: { $0.publisherId == memberId && $0.contentType == kind && $0.stream != nil }) {
+                if let p = room.publications.first(where: { $0.publisherId == memberId && $0.contentType == kind && $0.stream != nil && $0.enabled }) {
                     pubs.append(p)
                 }
             }
-            guard !pubs.isEmpty else { throw Self.notRecordable("Member '\(memberId.prefix(80))' has no audio or video publication to record.") }
+            guard !pubs.isEmpty else { throw Self.notRecordable("Member '\(memberId.prefix(80))' has no enabled audio or video publication to record.") }
         } else {
             throw RoomError.invalidParameter("The body needs \"memberId\" (a string) or \"publicationIds\" (strings).")
         }
@@ -114,6 +114,7 @@ extension RoomService {
                 throw Self.notRecordable("Publication '\(p.id.prefix(80))' is not audio or video with media flowing.")
             }
             guard codec != .av1 else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is AV1, which the recorder does not take.") }
+            guard p.enabled else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is disabled: it sends nothing to record.") }
         }
         return pubs
     }
@@ -171,6 +172,21 @@ extension RoomService {
                 return c
             }
             r.streams[i].consumer = consumer
+        }
+        // The recording starts once every stream has reached the recorder (a video stream after its
+        // first keyframe): the muxer writes nothing until each of its inputs has, so a stream that
+        // never arrived would leave an empty file that cannot even be finished.
+        let consumers = r.streams.compactMap(\.consumer)
+        var flowing = false
+        for _ in 0..<(Self.firstMediaTimeoutMs / 50) {
+            flowing = try await onWorker(room) { core in consumers.allSatisfy { (core.consumerStats($0)?.packetsSent ?? 0) > 0 } }
+            if flowing || r.state != .starting || !process.isRunning { break }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        guard r.state == .starting, process.isRunning else { throw RoomError.internalError("The recorder exited at start; see \(r.file).log.") }
+        guard flowing else {
+            throw RoomError(code: 409, name: "noMedia",
+                            detail: "Not every recorded publication sent media (a keyframe for video) within \(Self.firstMediaTimeoutMs / 1000) s; is one disabled?")
         }
         r.state = .recording
         r.startedAt = Date()
@@ -277,6 +293,9 @@ extension RoomService {
     }
 
     // MARK: Helpers
+
+    /// How long a starting recording waits for the first packet of each stream.
+    static let firstMediaTimeoutMs = 10_000
 
     /// A request well formed but naming nothing that can be recorded (409).
     static func notRecordable(_ detail: String) -> RoomError { RoomError(code: 409, name: "notRecordable", detail: detail) }

@@ -32,7 +32,7 @@ import MinatoWire
         #expect(RecorderPipeline.format([.h264, .opus]) == "mkv")
         #expect(RecorderPipeline.format([.vp9, .opus]) == "webm")
         let line = RecorderPipeline.arguments([h264, opus], file: "f.mkv", latencyMs: 200).joined(separator: " ")
-        #expect(line.contains("rtph264depay request-keyframe=true wait-for-keyframe=true ! h264parse ! queue ! mux."))
+        #expect(line.contains("rtph264depay request-keyframe=true wait-for-keyframe=true ! h264parse ! video/x-h264,stream-format=avc3,alignment=au ! queue ! mux."))
         #expect(line.contains("matroskamux name=mux"))
     }
 

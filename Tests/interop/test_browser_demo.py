@@ -290,14 +290,14 @@ def test_password_room_list_errors_video_and_screenshot(server, engine, pages, t
     # joins while it runs (the room snapshot lists it), and the dot goes when it stops.
     room_id = p1.evaluate("minatoDemo.room.id")
     bob_id = p1.evaluate("minatoDemo.room.members.find((m) => m.name === 'bob').id")
-    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", {"memberId": bob_id})
+    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", {"memberId": bob_id}, timeout=30)
     assert r.status == 201, r
     rec = r.json["recording"]
     recorded = "[...document.querySelectorAll('#grid .tile.recorded')].map((t) => t.dataset.memberName)"
     join(p4, room, "dave", password)
     for page in (p1, p2, p3, p4):
         wait_until(lambda: page.evaluate(recorded) == ["bob"], 15, "bob's tile to show the recording")
-    r = http("DELETE", f"{server.http}/v1/rooms/{room_id}/recordings/{rec['id']}")
+    r = http("DELETE", f"{server.http}/v1/rooms/{room_id}/recordings/{rec['id']}", timeout=30)
     assert r.status == 200 and r.json["recording"]["state"] == "stopped", r
     for page in (p1, p2, p3, p4):
         wait_until(lambda: page.evaluate(recorded) == [], 15, "the red dot to go when the recording stops")

@@ -21,15 +21,18 @@ import numpy
 import pytest
 
 import av
+import browser
 from admin_util import http, metric, scrape
+from browser import BROWSER_SERVER_ENV, wait_until
 from impair import UdpLoss
 from media import AudioSink, ScheduledToneTrack, SineAudioTrack, SyntheticVideoTrack, VideoSink, read_index
 from conftest import ARTIFACTS, Server, minato_binary
 from minato_client import Member, run_async
+from test_browser_firefox import JOIN_MIC_THEN_CAMERA
 from waiting import await_until
 
 RECORDINGS = Path(tempfile.mkdtemp(prefix="minato-rec-"))
-MINATO_SERVER_ENV = {"MINATO_RECORDING_DIRECTORY": str(RECORDINGS), "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
+MINATO_SERVER_ENV = {**BROWSER_SERVER_ENV, "MINATO_RECORDING_DIRECTORY": str(RECORDINGS), "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
 
 pytestmark = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None or shutil.which("ffprobe") is None,
                                 reason="gst-launch-1.0 and ffprobe are installed by the test command")
@@ -55,7 +58,8 @@ class TimedVideoTrack(SyntheticVideoTrack):
 
 
 def api(server, method: str, path: str, body=None):
-    r = http(method, server.http + path, body)
+    # A recording starts once its media flows (a keyframe) and stops once its file is finished.
+    r = http(method, server.http + path, body, timeout=30)
     return r.status, (r.json if r.text else {})
 
 
@@ -188,6 +192,8 @@ def keep(path: str) -> None:
     """A recording a test failed on goes to the artifacts (the temporary directory is removed)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(path, ARTIFACTS / Path(path).name)
+    if Path(path + ".log").exists():
+        shutil.copy(path + ".log", ARTIFACTS / (Path(path).name + ".log"))
 
 
 def check_recording(path: str, done: dict, name: str, video: TimedVideoTrack, audio: ScheduledToneTrack,
@@ -224,21 +230,31 @@ def check_recording(path: str, done: dict, name: str, video: TimedVideoTrack, au
     assert max(abs(o) for o in offsets) <= 40, f"audio/video offsets {offsets} ms"
 
 
+async def recorded_speaker(server, prefix: str) -> tuple[str, Member, dict]:
+    """A room with a member publishing the synthetic video and a steady 440 Hz tone, and a
+    recording of it just started: (room id, member, recording). The caller closes the member."""
+    room_id = new_room(server, prefix)
+    video = SyntheticVideoTrack()
+    pub = await Member.join(server.url, room_id, "speaker")
+    try:
+        await pub.publish(video)
+        await pub.publish(SineAudioTrack())
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
+        assert status == 201, body
+        return room_id, pub, body["recording"]
+    except BaseException:
+        await pub.close()
+        raise
+
+
 def test_killed_recorder_leaves_a_playable_file_and_the_room_goes_on(server):
     run_async(killed_recorder(server), timeout=90)
 
 
 async def killed_recorder(server):
-    room_id = new_room(server, "rec-kill")
-    video = SyntheticVideoTrack()
-    pub = await Member.join(server.url, room_id, "speaker")
+    room_id, pub, rec = await recorded_speaker(server, "rec-kill")
     try:
-        await pub.publish(video)
-        await pub.publish(ScheduledToneTrack({"t0": time.monotonic()}, [(0, 3600)]))
-        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
-        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
-        assert status == 201, body
-        rec = body["recording"]
         await asyncio.sleep(5.0)
         pid = recorder_pid(rec["file"])
         os.kill(pid, signal.SIGKILL)
@@ -336,16 +352,8 @@ def test_full_disk_stops_the_recording_and_nothing_else(tmp_path):
 
 
 async def fill_the_disk(server, directory: Path):
-    room_id = new_room(server, "rec-full")
-    video = SyntheticVideoTrack()
-    pub = await Member.join(server.url, room_id, "speaker")
+    room_id, pub, rec = await recorded_speaker(server, "rec-full")
     try:
-        await pub.publish(video)
-        await pub.publish(ScheduledToneTrack({"t0": time.monotonic()}, [(0, 3600)]))
-        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
-        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
-        assert status == 201, body
-        rec = body["recording"]
 
         def ended():
             r = api(server, "GET", f"/v1/rooms/{room_id}/recordings/{rec['id']}")[1]["recording"]
@@ -544,17 +552,10 @@ def test_playback_of_a_recording(server):
 
 
 async def playback(server):
-    room_id = new_room(server, "rec-src")
-    video = SyntheticVideoTrack()
-    pub = await Member.join(server.url, room_id, "speaker")
+    room_id, pub, started = await recorded_speaker(server, "rec-src")
     try:
-        await pub.publish(video)
-        await pub.publish(SineAudioTrack())
-        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
-        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": pub.id})
-        assert status == 201, body
         await asyncio.sleep(6.0)
-        status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{body['recording']['id']}")
+        status, body = await asyncio.to_thread(api, server, "DELETE", f"/v1/rooms/{room_id}/recordings/{started['id']}")
         assert status == 200 and body["recording"]["state"] == "stopped", body
         rec = body["recording"]
     finally:
@@ -599,3 +600,57 @@ async def playback(server):
         assert not problem, problem
     finally:
         await viewer.close()
+
+
+@pytest.mark.parametrize("mime,codec,fmt", [("video/H264", "h264", "mkv"), ("video/VP8", "vp8", "webm")])
+def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt: str):
+    """Chromium (the browser SDK, fake camera and microphone) publishes H.264 (or VP8) and Opus; 10 s of it
+    are recorded with 2% of every UDP datagram into the SFU and the recorder dropped (nftables,
+    input): a Matroska file FFmpeg reads without an error, as long as the recording, whose video
+    never stops for more than 0.5 s."""
+    page, log = browser.sdk_page(chromium, server, "chromium")
+    page.evaluate("T.connect()")
+    room_id = page.evaluate("(n) => T.findOrCreate(n)", f"rec-chrome-{os.getpid()}-{time.monotonic_ns()}")
+    # 640x480: Chromium starts lower and raises the resolution as its estimate grows, which the
+    # file must take (Matroska refused a caps change of H.264 parameter sets).
+    member_id = page.evaluate(JOIN_MIC_THEN_CAMERA, ["chrome", {"width": 640, "height": 480, "frameRate": 30}, mime])
+
+    def video_flows() -> bool:
+        stats = api(server, "GET", f"/v1/rooms/{room_id}/stats")[1]
+        return any(p["packetsReceived"] > 100 for p in stats.get("publicationStats", []))
+    wait_until(video_flows, 20, "Chromium's media reaches the server")
+    with UdpLoss(2.0) as loss:
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": member_id})
+        assert status == 201, body
+        rec = body["recording"]
+        assert rec["format"] == fmt, rec
+        time.sleep(10.0)
+        status, body = api(server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
+        counters = loss.counters()
+    done, path = body["recording"], body["recording"]["file"]
+    try:
+        assert status == 200 and done["state"] == "stopped", body
+        assert not loss.check(counters), loss.check(counters)
+        info = probe(path)
+        assert sorted(s["codec_name"] for s in info["streams"]) == sorted([codec, "opus"]), info["streams"]
+        duration = float(info["format"]["duration"])
+        errors = decode_errors(path)
+        times, sizes = [], set()
+        with av.open(path) as f:
+            for frame in f.decode(video=0):
+                if frame.pts is not None:
+                    times.append(float(frame.pts * frame.time_base))
+                    sizes.add(f"{frame.width}x{frame.height}")
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        print(f"[recording] chromium {codec}: {duration:.2f} s (recording {done['durationMs']} ms), {len(times)} frames "
+              f"of {sorted(sizes)}, "
+              f"longest gap {max(gaps):.3f} s, loss {counters}")
+        assert errors == "", errors[:2000]
+        assert abs(duration - done["durationMs"] / 1000) < 0.5, f"the file lasts {duration} s, the recording {done['durationMs']} ms"
+        assert len(times) >= 10 * duration, f"{len(times)} frames in {duration} s"
+        assert max(gaps) < 0.5, f"the video stops for {max(gaps):.2f} s"
+    except AssertionError:
+        keep(path)
+        raise
+    finally:
+        page.context.close()
