@@ -75,6 +75,11 @@ final class Recording {
 
     var isActive: Bool { state == .starting || state == .recording || state == .stopping }
 
+    /// The media time the file holds: from the first consumer to the stop (0 before it started).
+    var mediaDurationMs: Int {
+        startedAt.map { max(0, Int(exactly: ((mediaEndedAt ?? Date()).timeIntervalSince($0) * 1000).rounded()) ?? 0) } ?? 0
+    }
+
     /// What members see (room snapshot, `recordingStarted`): no file path.
     var summaryJSON: JSONValue {
         ["id": .string(id), "memberId": .string(memberId), "publicationIds": .array(streams.map { .string($0.publicationId) }),
@@ -88,7 +93,7 @@ final class Recording {
             "file": .string(file), "format": .string(format), "state": .string(state.rawValue),
             "startedAt": .string(ISO8601DateFormatter().string(from: startedAt ?? Date())),
             // The media time the file holds: from the first consumer to the stop.
-            "durationMs": .int(startedAt.map { max(0, Int(exactly: ((mediaEndedAt ?? Date()).timeIntervalSince($0) * 1000).rounded()) ?? 0) } ?? 0),
+            "durationMs": .int(mediaDurationMs),
             "sizeBytes": .int(Int((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)??.int64Value ?? 0))]
         if let endedAt { o["endedAt"] = .string(ISO8601DateFormatter().string(from: endedAt)) }
         if let reason { o["reason"] = .string(reason) }

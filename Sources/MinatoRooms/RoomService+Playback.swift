@@ -113,10 +113,15 @@ extension RoomService {
             endPlayback(playback, state: .failed, reason: "startFailed")
             throw error
         }
-        let id = playback.id, file = rec.file, program = configuration.recording.gstLaunch
+        let id = playback.id, file = rec.file, program = configuration.recording.gstLaunch, length = rec.mediaDurationMs
         playback.supervisor = Task { [weak self] in
             try? await Task.sleep(for: .milliseconds(delay))
             await self?.spawnPlayer(id, program: program, file: file, outputs: outputs)
+            // The player exits at the end of the file; should its end-of-stream get stuck (an
+            // RTCP branch that never hears it), the file's length plus 5 s ends it anyway.
+            try? await Task.sleep(for: .milliseconds(length + 5000))
+            guard !Task.isCancelled else { return }
+            await self?.playerOverran(id)
         }
         return ["playback": playback.json]
     }
@@ -146,6 +151,12 @@ extension RoomService {
         } catch {
             endPlayback(p, state: .failed, reason: "playerFailed")
         }
+    }
+
+    private func playerOverran(_ id: String) {
+        guard let p = playbacks.first(where: { $0.id == id }), p.state == .playing else { return }
+        logger.warning("player still running after the file's length; stopped", metadata: ["playback": "\(id)"])
+        endPlayback(p, state: .ended, reason: "fileEnded")
     }
 
     private func playerExited(_ id: String, status: Int32, signalled: Bool) {
