@@ -225,6 +225,14 @@ extension RoomService {
     /// Whether `secret` names a live session (for the front door's 404s).
     public func mediaSessionExists(_ secret: String) -> Bool { mediaSessionMember(secret) != nil }
 
+    /// Whether `secret` names a session whose transport closed a moment ago
+    /// (`recentlyEndedSessions`): a trickle PATCH that raced that end is answered as done, as a
+    /// DELETE is (simple-whip-client, closing, sends its last candidates after its DTLS close).
+    public func mediaSessionEndedRecently(_ secret: String) -> Bool {
+        guard let ended = recentlyEndedSessions[secret] else { return false }
+        return clock.now - ended < Self.recentlyEndedFor
+    }
+
     // MARK: Internals
 
     /// Remembers a session whose transport closed (see `recentlyEndedSessions`), dropping

@@ -127,7 +127,10 @@ struct WhipWhep: Sendable {
 
     private func patch(_ request: Request, _ context: MinatoRequestContext) async throws -> Response {
         let id = try param(context, "id")
-        guard await rooms.mediaSessionExists(id) else { throw RoomError.sessionNotFound() }
+        guard await rooms.mediaSessionExists(id) else {
+            if await rooms.mediaSessionEndedRecently(id) { return Self.text(.noContent, "") }
+            throw RoomError.sessionNotFound()
+        }
         try Self.requireContentType(request, "application/trickle-ice-sdpfrag")
         let fragment = try await Self.body(request, max: Self.maxFragmentBytes)
         guard let restart = try await rooms.trickle(session: id, ifMatch: request.headers[.ifMatch], fragment: fragment) else {

@@ -113,6 +113,8 @@ import MinatoMedia
         let a = try await Self.ingest(s, name: "a", ssrc: 1001)
         #expect(await s.endSessionByTransport(a.sessionId))
         #expect(await s.mediaSessionExists(a.sessionId) == false)
+        // A trickle PATCH that raced the end is answered as done too (204), and changes nothing.
+        #expect(await s.mediaSessionEndedRecently(a.sessionId))
         try await s.endMediaSession(a.sessionId)
         #expect(await Self.notFound { try await s.endMediaSession(a.sessionId) })
 
@@ -123,12 +125,15 @@ import MinatoMedia
         #expect(await s.endSessionByTransport(c.sessionId))
         await s.setEnded(b.sessionId, ago: .seconds(29))
         await s.setEnded(c.sessionId, ago: .seconds(30))
+        #expect(await s.mediaSessionEndedRecently(b.sessionId))
+        #expect(await s.mediaSessionEndedRecently(c.sessionId) == false)
         try await s.endMediaSession(b.sessionId)
         #expect(await Self.notFound { try await s.endMediaSession(c.sessionId) })
 
         // Kicked (not its transport): 404 at once.
         let d = try await Self.ingest(s, name: "d", ssrc: 1004)
         #expect(await s.endSession(d.sessionId, reason: "kicked"))
+        #expect(await s.mediaSessionEndedRecently(d.sessionId) == false)
         #expect(await Self.notFound { try await s.endMediaSession(d.sessionId) })
         #expect(RoomService.recentlyEndedFor == .seconds(30))
     }
