@@ -1,2 +1,1 @@
 #include <agent.h>
-#include <glib-unix.h>

@@ -83,8 +83,14 @@ final class PlainRtpTransport {
         }
         localPort = Self.port(of: got)
         fd = s
-        guard let src = g_unix_fd_source_new(s, GIOCondition(G_IO_IN.rawValue)) else { Glibc.close(s); fd = -1; throw .socket(0) }
-        let callback: GUnixFDSourceFunc = { _, _, data in
+        // A GIOChannel watch (glib.h, which libnice's header includes already) rather than
+        // glib-unix.h's fd source: a second system header in CNice changed which module owns
+        // <sys/socket.h>'s names, and SOCK_STREAM went missing in another file's build.
+        guard let channel = g_io_channel_unix_new(s), let src = g_io_create_watch(channel, GIOCondition(G_IO_IN.rawValue)) else {
+            Glibc.close(s); fd = -1; throw .socket(0)
+        }
+        g_io_channel_unref(channel)   // the watch holds its own reference
+        let callback: GIOFunc = { _, _, data in
             guard let data else { return 0 }
             let t = Unmanaged<PlainRtpTransport>.fromOpaque(data).takeUnretainedValue()
             t.worker?.plainReadable(t)
