@@ -1,4 +1,6 @@
 internal import CNice
+internal import CUsrsctp
+internal import CMinatoShims
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -83,9 +85,8 @@ final class PlainRtpTransport {
         }
         localPort = Self.port(of: got)
         fd = s
-        // A GIOChannel watch (glib.h, which libnice's header includes already) rather than
-        // glib-unix.h's fd source: a second system header in CNice changed which module owns
-        // <sys/socket.h>'s names, and SOCK_STREAM went missing in another file's build.
+        // A GIOChannel watch (glib.h, which libnice's header includes already): CNice's header
+        // stays libnice's alone.
         guard let channel = g_io_channel_unix_new(s), let src = g_io_create_watch(channel, GIOCondition(G_IO_IN.rawValue)) else {
             Glibc.close(s); fd = -1; throw .socket(0)
         }

@@ -1,4 +1,9 @@
 internal import CUsrsctp
+// <sys/socket.h> is included by usrsctp.h, libnice's agent.h and the shims' header as well as
+// by Glibc, and clang credits its names (SOCK_STREAM) to whichever module it built first, which
+// differs between builds (the fuzz build lost SOCK_STREAM here): every such module is imported.
+internal import CNice
+internal import CMinatoShims
 internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
