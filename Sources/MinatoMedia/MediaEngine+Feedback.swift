@@ -127,11 +127,18 @@ extension MediaEngine {
             let delay = (UInt64(block.delaySinceLastSR) &* 1_000_000_000) >> 16
             let elapsed = now &- consumers[co].lastSenderReportAt
             guard elapsed > delay else { return }
-            let sample = max(elapsed - delay, 1)
-            let old = transports[t].roundTripTime
-            transports[t].roundTripTime = old == 0 ? sample : (old / 8) &* 7 &+ sample / 8
+            roundTripSample(max(elapsed - delay, 1), transport: t)
             return
         }
+    }
+
+    /// One round-trip time measured on transport `t`: from a receiver report echoing our sender
+    /// report (a subscriber's transport), or from a NACKed packet's repair (a publisher's, which
+    /// gets no sender report from us: without it, its NACK retries were paced by the 40 ms
+    /// default, and a lost retransmission cost a frame 60 ms). Smoothed 7/8 old + 1/8 new.
+    func roundTripSample(_ sample: Nanoseconds, transport t: Int) {
+        let old = transports[t].roundTripTime
+        transports[t].roundTripTime = old == 0 ? sample : (old / 8) &* 7 &+ sample / 8
     }
 
     private func keyFrameRequested(mediaSsrc: UInt32, transport t: Int, now: Nanoseconds) {

@@ -123,6 +123,9 @@ extension MediaEngine {
                 producers[p].packetsRecovered &+= 1
                 packetsRecovered &+= 1
                 if repaired { rtxRecovered &+= 1 }
+                if let delay = producers[p].nack?.lastRepairDelay, delay > 0 {
+                    roundTripSample(delay, transport: Int(producers[p].parameters.transport.slot))
+                }
             case .gapTooLarge: requestKeyFrame(slot: p, now: now, cause: .nackGaveUp)
             case .inOrder, .old: break
             }

@@ -25,7 +25,8 @@ public final class MediaEngine {
         var receiveSsrcs = ContiguousArray<(ssrc: UInt32, producer: Int32)>()
         /// Consumers sending on this transport (for incoming RTCP feedback).
         var consumers = ContiguousArray<Int32>()
-        /// Smoothed round-trip time from the receiver reports of this transport's peer; 0 unknown.
+        /// Smoothed round-trip time from the receiver reports of this transport's peer, or from
+        /// the repairs of the packets we NACKed on it (`roundTripSample`); 0 unknown.
         var roundTripTime: Nanoseconds = 0
         /// The same client's other transport (`pairTransports`), whose RTT stands in for a missing one.
         var pairedWith: TransportIndex?

@@ -4,7 +4,8 @@ internal import MinatoWire
 /// (RFC 4585 generic NACK): a gap is NACKed at once, then again every retry interval (paced
 /// by the round-trip time) until the packet arrives, it is `maxAge` old, or it was NACKed
 /// `maxRetries` times; then it is given up and the caller asks for a keyframe instead. A gap
-/// wider than `capacity` packets is not NACKed at all (a keyframe is cheaper). Sans-IO: takes
+/// wider than `capacity` packets is not NACKed at all (a keyframe is cheaper). A packet that
+/// comes after its only NACK measures the round trip to the sender (`lastRepairDelay`). Sans-IO: takes
 /// sequence numbers and the time; a fixed list, nothing allocated after `init`.
 ///
 /// Owned by one producer in `MediaEngine`, on its media worker's thread.
@@ -36,6 +37,10 @@ public struct NackGenerator: Sendable {
     public let maxRetries: UInt8
     private var missing: ContiguousArray<Missing>
     public private(set) var missingCount = 0
+    /// For the last `.recovered` arrival: how long after its only NACK the packet came (a
+    /// round-trip time to the sender, its retransmission included); 0 when it was NACKed more
+    /// than once or not at all (which NACK it answers is unknown: Karn's rule).
+    public private(set) var lastRepairDelay: Nanoseconds = 0
     private var unwrapper = SequenceUnwrapper()
     private var highest: UInt64 = 0
     private var started = false
@@ -75,6 +80,8 @@ public struct NackGenerator: Sendable {
         var i = 0
         while i < missingCount, missing[i].sequence < ext { i += 1 }
         guard i < missingCount, missing[i].sequence == ext else { return .old }
+        let m = missing[i]
+        lastRepairDelay = m.retries == 1 && m.lastNackAt != 0 && now > m.lastNackAt ? now &- m.lastNackAt : 0
         remove(at: i)
         return .recovered
     }

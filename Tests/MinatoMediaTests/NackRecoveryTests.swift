@@ -192,6 +192,48 @@ extension EngineHarness {
         #expect(g.deadline(retryInterval: 100) == 102)
         #expect(g.received(20, now: 5) == .gapTooLarge && g.missingCount == 0)
     }
+
+    @Test func aRepairAfterOneNackMeasuresTheRoundTripAndOneAfterTwoDoesNot() {
+        var g = NackGenerator(capacity: 8, maxAge: 1_000_000_000, maxRetries: 5)
+        let out = UnsafeMutablePointer<UInt16>.allocate(capacity: 8)
+        defer { out.deallocate() }
+        _ = g.received(10, now: 0)
+        _ = g.received(13, now: 1_000)                     // 11 and 12 missing
+        _ = g.poll(now: 1_000, retryInterval: 20_000_000, into: out, limit: 8)
+        #expect(g.received(11, now: 3_001_000) == .recovered)
+        #expect(g.lastRepairDelay == 3_000_000)            // NACKed once: 3 ms to the sender and back
+        _ = g.poll(now: 21_000_000, retryInterval: 20_000_000, into: out, limit: 8)  // 12 NACKed again
+        #expect(g.received(12, now: 22_000_000) == .recovered)
+        #expect(g.lastRepairDelay == 0)                    // which NACK did it answer? unknown
+        _ = g.received(15, now: 30_000_000)                // 14 missing, never NACKed
+        #expect(g.received(14, now: 31_000_000) == .recovered && g.lastRepairDelay == 0)
+    }
+
+    /// A publisher's transport gets no sender report from us, so no RTT from reports; the
+    /// repairs of what we NACK measure it, and NACK retries are paced by it instead of the
+    /// 40 ms default (which made a lost retransmission cost a frame 60 ms).
+    @Test func repairsMeasureThePublishersRoundTripAndPaceTheRetries() throws {
+        let h = EngineHarness()
+        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
+                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
+                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
+        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
+        _ = h.drain()
+        h.send(keyframe: true)
+        #expect(h.engine.roundTripTime(h.publisher) == h.engine.tuning.defaultRoundTripTime)  // unknown yet
+        // A packet lost, NACKed, and its RTX 2 ms later.
+        h.publisherSeq &+= 1
+        let lost = h.publisherSeq
+        let lostTs = h.publisherTs &+ 3000
+        _ = h.send()
+        h.now &+= 2_000_000
+        _ = h.inject(h.packet(ssrc: 0x1112, pt: 97, seq: 1, ts: lostTs, payload: [UInt8(lost >> 8), UInt8(lost & 0xFF), 0x10, 0x01]))
+        #expect(h.engine.roundTripTime(h.publisher) == 2_000_000)
+        // The next loss: its retry is due at the 20 ms floor (1.5 x 2 ms is below it), not at 60 ms.
+        h.publisherSeq &+= 1
+        #expect(h.send().contains { $0.transport == h.publisher && $0.isRtcp })
+        #expect(h.engine.nextDeadline == h.now + 20_000_000)
+    }
 }
 
 /// What NACKs can make the server send is bounded per consumer, whatever a subscriber asks.

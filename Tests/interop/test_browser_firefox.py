@@ -63,6 +63,10 @@ SENDING = """async () => {
 }"""
 
 
+# How many publications of the member named "aio" the page's room holds.
+AIO_PUBLICATIONS = "() => T.room.publications.filter((p) => p.publisher && p.publisher.name === 'aio').length"
+
+
 def stats_by_publisher(page) -> dict:
     return {(s["publisherName"], s["contentType"]): s for s in page.evaluate("T.stats()")}
 
@@ -174,11 +178,18 @@ def test_firefox_and_aiortc_each_way(server, ff, request, capsys):
                 await m.publish(SineAudioTrack())
                 await m.publish(SyntheticVideoTrack(), codec="video/VP8")
                 loop = asyncio.get_running_loop()
+                # aiortc's publish() returns with its answer; the page learns of the publications from
+                # its own streamPublished events, which may come later: wait for both, then subscribe.
+                await loop.run_in_executor(None, lambda: wait_until(
+                    lambda: page.evaluate(AIO_PUBLICATIONS) >= 2, 10, "the Firefox page to see aiortc's two publications",
+                    state=lambda: page.evaluate("T.publications()")))
                 await loop.run_in_executor(None, lambda: page.evaluate(
                     "() => { for (const p of T.room.publications) T.maybeSubscribe(p); return true; }"))
                 assert await vs.wait_frames(3, 15), f"aiortc decoded no video from Firefox within 15 s ({vs.frames})"
                 await loop.run_in_executor(None, lambda: wait_until(
-                    lambda: flowing_from(page, "aio"), 20, "Firefox to decode aiortc's video and receive its audio"))
+                    lambda: flowing_from(page, "aio"), 20, "Firefox to decode aiortc's video and receive its audio",
+                    state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors"),
+                                   "subscribed": page.evaluate("() => [...T.subs.keys()]")}))
                 ff0 = await loop.run_in_executor(None, lambda: stats_by_publisher(page))
                 f0, a0, t0 = vs.frames, as_.frames, time.monotonic()
                 await asyncio.sleep(3.0)   # the measurement window

@@ -482,3 +482,4 @@ def test_video_5pct_subscriber_leg(server, pages, capsys):
         port = sub_snap.local_port("recv")
         return BothWays(LOSS_PERCENT, port)
     video_case(server, pages, capsys, f"video {LOSS_PERCENT:g}% subscriber leg", subscriber_link)
+
