@@ -45,6 +45,8 @@ final class Recording {
         var serverPort: UInt16 = 0
         var consumer: ConsumerId?
         let producer: ProducerId
+        /// A simulcast video's highest layer to record (`encodingId`); nil: the top layer.
+        var preferredLayer: Int? = nil
         /// The publisher's format parameters (a playback publishes the stream with them).
         var fmtp: String?
     }
@@ -54,6 +56,8 @@ final class Recording {
     let memberId: String
     let file: String
     let format: String
+    /// The simulcast encoding asked for (`encodingId`), if any.
+    var encodingId: String?
     var streams: [Stream]
     var state: State = .starting
     var reason: String?
@@ -97,6 +101,7 @@ final class Recording {
             "sizeBytes": .int(Int((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)??.int64Value ?? 0))]
         if let endedAt { o["endedAt"] = .string(ISO8601DateFormatter().string(from: endedAt)) }
         if let reason { o["reason"] = .string(reason) }
+        if let encodingId { o["encodingId"] = .string(encodingId) }
         return .object(o)
     }
 }

@@ -12,13 +12,24 @@ internal import Glibc
 /// recording (`failed`), nothing else. Room events `recordingStarted` and `recordingStopped`
 /// tell the members.
 extension RoomService {
-    public func adminStartRecording(_ roomId: String, memberId: String?, publicationIds: [String]?) async throws(RoomError) -> JSONValue {
+    /// `encodingId`: for a simulcast video publication, the encoding to record (as a
+    /// subscriber's `preferredEncodingId`: that layer, or the next lower one receiving); by
+    /// default the top layer that is receiving. A plain transport has no bandwidth estimate, so
+    /// nothing else lowers it.
+    public func adminStartRecording(_ roomId: String, memberId: String?, publicationIds: [String]?,
+                                    encodingId: String? = nil) async throws(RoomError) -> JSONValue {
         let cfg = configuration.recording
         guard cfg.maxConcurrent > 0 else {
             throw RoomError(code: 403, name: "recordingDisabled", detail: "Recording is off on this server (recording.maxConcurrent is 0).")
         }
         let room = try adminRoom(roomId)
         let pubs = try recordedPublications(room, memberId: memberId, publicationIds: publicationIds)
+        if let encodingId {
+            guard let video = pubs.first(where: { $0.contentType == "video" && $0.layers.count > 1 }) else {
+                throw RoomError.invalidParameter("\"encodingId\" names a simulcast encoding, and no recorded publication is simulcast video.")
+            }
+            try Validate.preferredEncoding(encodingId, of: video, key: "encodingId")
+        }
         guard recordings.filter(\.isActive).count < cfg.maxConcurrent else {
             throw RoomError.limitExceeded("At most \(cfg.maxConcurrent) recordings may run at once (recording.maxConcurrent).")
         }
@@ -44,9 +55,12 @@ extension RoomService {
             streams.append(Recording.Stream(publicationId: pub.id, kind: pub.contentType, codec: stream.codec.codec.codec,
                                             payloadType: stream.codec.codec.codec == .opus ? 111 : 96,
                                             recorderRtpPort: ports[2 * i], recorderRtcpPort: ports[2 * i + 1],
-                                            transport: tid, producer: producer, fmtp: stream.codec.codec.parameters.text))
+                                            transport: tid, producer: producer,
+                                            preferredLayer: pub.contentType == "video" ? pub.layerCap(preferredEncodingId: encodingId) : nil,
+                                            fmtp: stream.codec.codec.parameters.text))
         }
         let recording = Recording(id: id, roomId: room.id, memberId: pubs[0].publisherId, file: file, format: format, streams: streams)
+        recording.encodingId = encodingId
         recordings.append(recording)
         do {
             try await startRecorder(recording, in: room)
@@ -164,7 +178,7 @@ extension RoomService {
             let consumer = try await onWorker(room) { core in
                 let c = try core.addConsumer(on: s.transport) { index in
                     var c = ConsumerParameters(producer: s.producer, transport: index, ssrc: ssrc, payloadType: s.payloadType,
-                                               extensionIds: ExtensionIdMap())
+                                               extensionIds: ExtensionIdMap(), preferredLayer: s.preferredLayer)
                     c.pinned = true
                     return c
                 }

@@ -77,13 +77,13 @@ enum Validate {
     }
 
     /// `preferredEncodingId`: an encoding id, and one of the publication's when it has encodings.
-    static func preferredEncoding(_ id: String?, of publication: RoomPublication?) throws(RoomError) {
+    static func preferredEncoding(_ id: String?, of publication: RoomPublication?, key: String = "preferredEncodingId") throws(RoomError) {
         guard let id else { return }
-        try encodingId(id, key: "preferredEncodingId")
+        try encodingId(id, key: key)
         guard let publication, !publication.encodings.isEmpty else { return }
         let known = publication.encodings.compactMap { $0["id"]?.stringValue }
         guard known.contains(id) else {
-            throw .invalidParameter("preferredEncodingId '\(id)' is not one of the publication's encodings (\(known.joined(separator: ", "))).")
+            throw .invalidParameter("\(key) '\(id)' is not one of the publication's encodings (\(known.joined(separator: ", "))).")
         }
     }
 

@@ -116,7 +116,8 @@ struct AdminAPI: Sendable {
                     }
                     ids = names
                 }
-                return try await rooms.adminStartRecording(try param(c, "roomId"), memberId: try string(body, "memberId"), publicationIds: ids)
+                return try await rooms.adminStartRecording(try param(c, "roomId"), memberId: try string(body, "memberId"), publicationIds: ids,
+                                                           encodingId: try string(body, "encodingId"))
             }
         }
         v1.get("/rooms/:roomId/recordings") { r, c in try await guarded(r) { try await rooms.adminRecordings(try param(c, "roomId")) } }

@@ -133,6 +133,11 @@ async def record_with_loss(server, codec: str, fmt: str, name: str):
         vpub = await pub.publish(video, codec=codec)
         apub = await pub.publish(audio)
         await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        # encodingId picks a simulcast layer: refused when nothing recorded is simulcast video.
+        status, body = await asyncio.to_thread(api, server, "POST", f"/v1/rooms/{room_id}/recordings",
+                                               {"memberId": pub.id, "encodingId": "h"})
+        assert (status, body["error"]["name"], body["error"]["detail"]) == (
+            400, "invalidParameter", '"encodingId" names a simulcast encoding, and no recorded publication is simulcast video.'), body
         sender = next(s for s in pub.send_pc.getSenders() if s.track is video)
         loss = UdpLoss(2.0, ssrc=sender._ssrc, hook="output")
         # Everything that blocks (nft, /proc, HTTP) runs off the event loop: the publisher's

@@ -12,6 +12,9 @@
 (2) `changePreferredEncoding` with an id that is not one of the publication's encodings fails
     with invalidParameter (400) and the exact detail, and the subscription keeps decoding;
 (3) `subscribe(..., { preferredEncodingId: 'm' })` decodes 640 wide from the start.
+(4) a recording of the publication (admin API, issue 28) holds the top layer (every frame
+    1280 wide); with `encodingId: "l"` every frame is 320 wide; an unknown encodingId (or one
+    that is not a string) is refused with invalidParameter and its detail.
 
 All tests share one room and publisher page (module fixture `publisher`); each has its own
 subscriber page, made only after the publisher's ramp of (0) is over (see RAMP_BOUND_SEC). The
@@ -29,7 +32,10 @@ and (1) must then fail (the no-feedback case the bounds are measured against).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +44,9 @@ from browser import BROWSER_SERVER_ENV, VIDEO_SUBSCRIPTION_METHODS_JS, close_pag
 from loss_pair import metrics, metrics_delta
 from minato_client import unique_name
 
-MINATO_SERVER_ENV = dict(BROWSER_SERVER_ENV)
+RECORDINGS = Path(tempfile.mkdtemp(prefix="minato-simulcast-rec-"))
+MINATO_SERVER_ENV = {**BROWSER_SERVER_ENV, "MINATO_RECORDING_DIRECTORY": str(RECORDINGS),
+                     "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -452,3 +460,44 @@ def test_simulcast_subscribe_with_preferred_encoding_m(server, publisher, subscr
         print(f"[simulcast] on 'm' for 2 s: widths {seen['widths']}, {seen['frames']} frames decoded")
     assert seen["widths"] == [640], seen
     assert seen["frames"] >= 10, seen
+
+
+@pytest.fixture(scope="module")
+def recordings_dir():
+    yield RECORDINGS
+    shutil.rmtree(RECORDINGS, ignore_errors=True)
+
+
+def record_widths(server, room_id: str, body: dict, seconds: float) -> tuple[dict, dict[int, int]]:
+    """Records for `seconds` (admin API); (the stopped recording, {frame width: frames}) of its file."""
+    import av
+    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", body, timeout=30)
+    assert r.status == 201, r.text
+    started = r.json["recording"]
+    time.sleep(seconds)
+    r = http("DELETE", f"{server.http}/v1/rooms/{room_id}/recordings/{started['id']}", timeout=30)
+    assert r.status == 200 and r.json["recording"]["state"] == "stopped", r.text
+    done = r.json["recording"]
+    widths: dict[int, int] = {}
+    with av.open(done["file"]) as f:
+        for frame in f.decode(video=0):
+            widths[frame.width] = widths.get(frame.width, 0) + 1
+    return done, widths
+
+
+@pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="gst-launch-1.0 is installed by the test command")
+def test_recording_a_simulcast_publication_takes_the_top_layer_or_the_encoding_asked(server, publisher, recordings_dir, capsys):
+    room_id, pid = publisher["room_id"], publisher["id"]
+    top, top_widths = record_widths(server, room_id, {"publicationIds": [pid]}, 3.0)
+    low, low_widths = record_widths(server, room_id, {"publicationIds": [pid], "encodingId": "l"}, 3.0)
+    with capsys.disabled():
+        print(f"\n[simulcast] recorded without encodingId: frames by width {top_widths} ({top['durationMs']} ms); "
+              f"with encodingId 'l': {low_widths} ({low['durationMs']} ms)")
+    assert "encodingId" not in top and low["encodingId"] == "l", (top, low)
+    assert set(top_widths) == {WIDTH["h"]} and top_widths[WIDTH["h"]] >= 30, top_widths
+    assert set(low_widths) == {WIDTH["l"]} and low_widths[WIDTH["l"]] >= 30, low_widths
+    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", {"publicationIds": [pid], "encodingId": "x"}, timeout=30)
+    assert (r.status, r.json["error"]["name"], r.json["error"]["detail"]) == (
+        400, "invalidParameter", "encodingId 'x' is not one of the publication's encodings (l, m, h)."), r.text
+    r = http("POST", f"{server.http}/v1/rooms/{room_id}/recordings", {"publicationIds": [pid], "encodingId": 7}, timeout=30)
+    assert (r.status, r.json["error"]["name"]) == (400, "invalidParameter"), r.text
