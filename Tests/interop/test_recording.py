@@ -3,7 +3,8 @@ one WebM (or Matroska) file through plain RTP egress and a GStreamer recorder ch
 the publisher's video. Asserted on the file with FFmpeg (ffprobe, a full decode) and PyAV: both
 streams, the duration, the frames decoded (indexes drawn in the pictures) and the audio/video
 offset (tone bursts against the frames made at the same moment). A SIGKILLed recorder leaves a
-playable file, a `failed` recording and a room that goes on."""
+playable file, a `failed` recording and a room that goes on. Plain RTP ingress from FFmpeg is
+watched by aiortc and by Chromium (the browser SDK)."""
 from __future__ import annotations
 
 import asyncio
@@ -519,13 +520,7 @@ async def plain_ingress(server):
         sa = await viewer.subscribe(a["publicationId"])
         vs, as_ = VideoSink(sv.track, "viewer-video"), AudioSink(sa.track, "viewer-audio")
         ffmpeg = await asyncio.create_subprocess_exec(
-            "ffmpeg", "-nostdin", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30",
-            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-t", "30",
-            "-map", "0:v", "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "500k", "-g", "30",
-            "-f", "rtp", "-payload_type", "96", "-ssrc", "1111", f"rtp://127.0.0.1:{v['port']}?rtcpport={v['port']}",
-            "-map", "1:a", "-c:a", "libopus", "-ar", "48000", "-ac", "2",
-            "-f", "rtp", "-payload_type", "111", "-ssrc", "2222", f"rtp://127.0.0.1:{a['port']}?rtcpport={a['port']}",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            *ffmpeg_plain_sender(v, a), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
         t0 = time.monotonic()
         assert await vs.wait_frames(90, 20), f"the viewer decoded {vs.frames} frames of FFmpeg's video"
         first = (vs.first_frame_at or t0) - t0
@@ -547,6 +542,55 @@ async def plain_ingress(server):
             ffmpeg.kill()
             await ffmpeg.wait()
         await viewer.close()
+
+
+def ffmpeg_plain_sender(v: dict, a: dict, seconds: int = 30) -> list[str]:
+    """Debian's FFmpeg sending a VP8 test picture (320x240, 30 fps) and a 440 Hz Opus tone as
+    plain RTP (SSRCs 1111 and 2222) to ingress publications `v` and `a`."""
+    return ["ffmpeg", "-nostdin", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30",
+            "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-t", str(seconds),
+            "-map", "0:v", "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "500k", "-g", "30",
+            "-f", "rtp", "-payload_type", "96", "-ssrc", "1111", f"rtp://127.0.0.1:{v['port']}?rtcpport={v['port']}",
+            "-map", "1:a", "-c:a", "libopus", "-ar", "48000", "-ac", "2",
+            "-f", "rtp", "-payload_type", "111", "-ssrc", "2222", f"rtp://127.0.0.1:{a['port']}?rtcpport={a['port']}"]
+
+
+def test_plain_rtp_ingress_to_chromium(server, chromium):
+    """FFmpeg's plain RTP publications watched by Chromium through the browser SDK: it
+    decodes the 320x240 video and receives the Opus audio."""
+    name = f"ingress-chrome-{os.getpid()}-{time.monotonic_ns()}"
+    status, body = api(server, "POST", "/v1/rooms", {"name": name})
+    assert status == 201, body
+    room_id = body["room"]["id"]
+    path = f"/v1/rooms/{room_id}/plain-publications"
+    pubs = []
+    for mime, pt, ssrc in (("video/VP8", 96, 1111), ("audio/opus", 111, 2222)):
+        status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": mime, "payloadType": pt, "ssrc": ssrc})
+        assert status == 201, body
+        pubs.append(body["plainPublication"])
+    err = open(ARTIFACTS / "test_plain_rtp_ingress_to_chromium-ffmpeg.log", "w")
+    ffmpeg = subprocess.Popen(ffmpeg_plain_sender(*pubs), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    page, log = browser.sdk_page(chromium, server, "chromium")
+    try:
+        page.evaluate("T.connect()")
+        page.evaluate("(n) => T.findOrCreate(n)", name)
+        t0 = time.monotonic()
+        page.evaluate("() => T.join('viewer', {}, null)")
+
+        def flowing():
+            st = {s["contentType"]: s for s in page.evaluate("T.stats()") if s["publisherName"] == "ffmpeg"}
+            v, a = st.get("video"), st.get("audio")
+            return st if v and a and v["framesDecoded"] >= 60 and v["videoWidth"] == 320 and a["packetsReceived"] >= 100 else None
+        st = wait_until(flowing, 20, "Chromium to decode FFmpeg's video and receive its audio",
+                        state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors")})
+        print(f"[plain] ingress to Chromium: 60 frames of {st['video']['videoWidth']}x{st['video']['videoHeight']} "
+              f"decoded {time.monotonic() - t0:.2f} s after join, {st['audio']['packetsReceived']} audio packets")
+        assert page.evaluate("T.errors") == []
+    finally:
+        ffmpeg.kill()
+        ffmpeg.wait()
+        err.close()
+        browser.close_page(page, log, "test_plain_rtp_ingress_to_chromium")
 
 
 def test_playback_of_a_recording(server):
