@@ -5,12 +5,13 @@
 # (scripts/build-libsrtp.sh; cached after the first run). Needs root (or sudo). A Redis server is not needed to build; the
 # tests that run one get Debian's redis-server from scripts/interop-setup.sh.
 # Recording runs GStreamer's gst-launch-1.0 (gstreamer1.0-tools) with the base, good (rtpbin, RTP
-# depayloaders, webmmux/matroskamux) and bad (opusparse, h264parse) plugins.
+# depayloaders, webmmux/matroskamux) and bad (opusparse, h264parse) plugins; playing a file reads what
+# it holds with gst-discoverer-1.0 (gstreamer1.0-plugins-base-apps).
 # The Swift toolchain itself is expected on PATH (swift 6.1 or newer).
 set -euo pipefail
 need=()
 for pkg in pkg-config libnice-dev libssl-dev libhiredis-dev libusrsctp-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
-           gstreamer1.0-plugins-good gstreamer1.0-plugins-bad; do
+           gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-base-apps; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -17,6 +17,8 @@ public struct RecordingConfiguration: Sendable {
     public var minFreeBytes: Int64 = 512 << 20
     /// GStreamer's `gst-launch-1.0` (a name looked up in PATH, or a path).
     public var gstLaunch = "gst-launch-1.0"
+    /// GStreamer's `gst-discoverer-1.0`, which reads what a file to play holds.
+    public var gstDiscoverer = "gst-discoverer-1.0"
     /// The recorder's jitter buffer (`rtpbin latency`): how long it waits for a retransmission.
     /// A recording is not watched live, so it waits long: a retransmission the SFU must first
     /// get from the publisher arrives in time even from a slow one.

@@ -14,7 +14,9 @@ final class Playback {
     enum State: String { case playing, ended, failed }
     let id: String
     let roomId: String
-    let recordingId: String
+    /// What is played: a recording of this server, or a file of `recording.directory`.
+    let recordingId: String?
+    let file: String
     var memberId = ""
     var ingresses: [PlainIngress] = []
     var state = State.playing
@@ -25,15 +27,18 @@ final class Playback {
     let startedAt = Date()
     var endedAt: Date?
 
-    init(id: String, roomId: String, recordingId: String) { self.id = id; self.roomId = roomId; self.recordingId = recordingId }
+    init(id: String, roomId: String, recordingId: String?, file: String) {
+        self.id = id; self.roomId = roomId; self.recordingId = recordingId; self.file = file
+    }
 
     var json: JSONValue {
         var o: [String: JSONValue] = [
-            "id": .string(id), "roomId": .string(roomId), "recordingId": .string(recordingId), "memberId": .string(memberId),
+            "id": .string(id), "roomId": .string(roomId), "file": .string(file), "memberId": .string(memberId),
             "publicationIds": .array(ingresses.map { .string($0.publicationId) }), "state": .string(state.rawValue),
             "startedAt": .string(ISO8601DateFormatter().string(from: startedAt))]
         if let endedAt { o["endedAt"] = .string(ISO8601DateFormatter().string(from: endedAt)) }
         if let reason { o["reason"] = .string(reason) }
+        if let recordingId { o["recordingId"] = .string(recordingId) }
         return .object(o)
     }
 }
@@ -75,19 +80,41 @@ enum PlaybackPipeline {
 }
 
 extension RoomService {
-    /// Plays a finished recording of this server into `roomId` as bot member `memberName`
+    /// Plays a finished recording of this server (`recordingId`), or a WebM/Matroska `file` of
+    /// `recording.directory` (VP8, VP9 or H.264 and Opus: its first video and first audio
+    /// stream, as `gst-discoverer-1.0` reports them), into `roomId` as bot member `memberName`
     /// (default `playback-` and 8 hex digits), after `startDelayMs` (default 1000) so members
     /// can subscribe before its first keyframe: a file cannot make another on request.
-    public func adminStartPlayback(_ roomId: String, recordingId: String?, memberName: String?,
+    public func adminStartPlayback(_ roomId: String, recordingId: String?, file: String? = nil, memberName: String?,
                                    startDelayMs: Int?) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
-        guard let recordingId else { throw RoomError.invalidParameter("The body needs \"recordingId\" (a string).") }
-        guard let rec = recordings.first(where: { $0.id == recordingId }) else {
-            throw RoomError(code: 404, name: "recordingNotFound", detail: "There is no recording '\(recordingId.prefix(80))'.")
-        }
-        guard !rec.isActive else { throw RoomError(code: 409, name: "recordingRunning", detail: "The recording has not ended yet.") }
-        guard FileManager.default.fileExists(atPath: rec.file) else {
-            throw RoomError(code: 410, name: "fileGone", detail: "The recording's file is no longer there.")
+        // (kind, codec, payload type, fmtp) of each stream to publish, the file and its length.
+        var tracks: [(kind: String, codec: ForwardedCodec, payloadType: UInt8, fmtp: String?)] = []
+        let path: String, length: Int
+        switch (recordingId, file) {
+        case (let recordingId?, nil):
+            guard let rec = recordings.first(where: { $0.id == recordingId }) else {
+                throw RoomError(code: 404, name: "recordingNotFound", detail: "There is no recording '\(recordingId.prefix(80))'.")
+            }
+            guard !rec.isActive else { throw RoomError(code: 409, name: "recordingRunning", detail: "The recording has not ended yet.") }
+            guard FileManager.default.fileExists(atPath: rec.file) else {
+                throw RoomError(code: 410, name: "fileGone", detail: "The recording's file is no longer there.")
+            }
+            tracks = rec.streams.map { ($0.kind, $0.codec, $0.payloadType, $0.fmtp) }
+            path = rec.file
+            length = rec.mediaDurationMs
+        case (nil, let file?):
+            path = try playableFile(file)
+            let probe = try await probeMediaFile(path)
+            if let v = probe.video { tracks.append(("video", v.codec, 96, v.fmtp)) }
+            if let a = probe.audio { tracks.append(("audio", a.codec, 111, a.fmtp)) }
+            guard !tracks.isEmpty else {
+                throw Self.notPlayable("The file has no VP8, VP9, H.264 or Opus stream (it has \(probe.unsupported.joined(separator: ", "))).")
+            }
+            // A file that states no duration (a live WebM) is bounded like a recording.
+            length = probe.durationMs > 0 ? probe.durationMs : configuration.recording.maxDurationSec * 1000
+        default:
+            throw RoomError.invalidParameter("The body needs \"recordingId\" or \"file\" (a string), not both.")
         }
         let delay = startDelayMs ?? 1000
         guard (0...60_000).contains(delay) else { throw RoomError.invalidParameter("startDelayMs must be 0...60000.") }
@@ -95,12 +122,12 @@ extension RoomService {
             throw RoomError.limitExceeded("At most \(configuration.recording.maxConcurrent) playbacks may run at once (recording.maxConcurrent).")
         }
         let name = memberName ?? Self.sessionName("playback")
-        let playback = Playback(id: newId(), roomId: room.id, recordingId: rec.id)
+        let playback = Playback(id: newId(), roomId: room.id, recordingId: recordingId, file: path)
         playbacks.append(playback)
         var outputs: [PlaybackPipeline.Output] = []
         do throws(RoomError) {
             // Video first: a member's tiles show its picture before its sound.
-            for s in rec.streams.sorted(by: { $0.kind == "video" && $1.kind != "video" }) {
+            for s in tracks.sorted(by: { $0.kind == "video" && $1.kind != "video" }) {
                 let ssrc = UInt32.random(in: 1...UInt32.max)
                 let request = PlainPublicationRequest(memberName: name, mimeType: "\(s.kind)/\(s.codec.encodingName)",
                                                       payloadType: Int(s.payloadType), ssrc: Int(ssrc), address: "127.0.0.1", fmtp: s.fmtp)
@@ -113,10 +140,10 @@ extension RoomService {
             endPlayback(playback, state: .failed, reason: "startFailed")
             throw error
         }
-        let id = playback.id, file = rec.file, program = configuration.recording.gstLaunch, length = rec.mediaDurationMs
+        let id = playback.id, program = configuration.recording.gstLaunch
         playback.supervisor = Task { [weak self] in
             try? await Task.sleep(for: .milliseconds(delay))
-            await self?.spawnPlayer(id, program: program, file: file, outputs: outputs)
+            await self?.spawnPlayer(id, program: program, file: path, outputs: outputs)
             // The player exits at the end of the file; should its end-of-stream get stuck (an
             // RTCP branch that never hears it), the file's length plus 5 s ends it anyway.
             try? await Task.sleep(for: .milliseconds(length + 5000))
@@ -125,6 +152,50 @@ extension RoomService {
         }
         return ["playback": playback.json]
     }
+
+    /// `file` resolved (relative to `recording.directory`, symbolic links followed): it must be
+    /// a regular file inside that directory, so the admin API reads nothing else of the machine.
+    private func playableFile(_ file: String) throws(RoomError) -> String {
+        let directory = URL(fileURLWithPath: configuration.recording.directory).standardizedFileURL.resolvingSymlinksInPath().path
+        guard !file.isEmpty, file.utf8.count <= 4096, !file.utf8.contains(0) else {
+            throw RoomError.invalidParameter("\"file\" must be a path of 1 to 4096 bytes.")
+        }
+        let url = file.hasPrefix("/") ? URL(fileURLWithPath: file) : URL(fileURLWithPath: directory).appendingPathComponent(file)
+        let path = url.standardizedFileURL.resolvingSymlinksInPath().path
+        guard path.hasPrefix(directory + "/") else {
+            throw RoomError(code: 403, name: "fileNotAllowed",
+                            detail: "Only files in the recording directory (recording.directory) can be played.")
+        }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue else {
+            throw RoomError(code: 404, name: "fileNotFound", detail: "There is no file '\(file.prefix(200))' in the recording directory.")
+        }
+        return path
+    }
+
+    /// Runs `gst-discoverer-1.0 -v` on `path` (at most 10 s) and reads its report.
+    private func probeMediaFile(_ path: String) async throws(RoomError) -> MediaFileProbe {
+        let report = FileManager.default.temporaryDirectory.appendingPathComponent("minato-probe-\(newId()).txt").path
+        defer { try? FileManager.default.removeItem(atPath: report) }
+        let exited = ExitSignal()
+        let process: RecorderProcess
+        do {
+            process = try await RecorderProcess.start(program: configuration.recording.gstDiscoverer,
+                                                      arguments: ["-v", "--timeout=10", path], log: report) { status, _ in
+                exited.fire(status)
+            }
+        } catch {
+            throw RoomError.internalError("\(configuration.recording.gstDiscoverer) did not start: \(error)")
+        }
+        let status = await exited.wait(timeout: .seconds(12))
+        if status == nil { process.send(SIGKILL) }
+        guard status == 0, let text = try? String(contentsOfFile: report, encoding: .utf8), let probe = MediaFileProbe.parse(text) else {
+            throw Self.notPlayable("The file is not a media file GStreamer can read.")
+        }
+        return probe
+    }
+
+    static func notPlayable(_ detail: String) -> RoomError { RoomError(code: 422, name: "notPlayable", detail: detail) }
 
     public func adminPlaybacks(_ roomId: String) throws(RoomError) -> JSONValue {
         _ = try adminRoom(roomId)
@@ -192,5 +263,47 @@ extension RoomService {
         for p in playbacks where p.state == .playing && p.ingresses.contains(where: { $0.publicationId == pubId }) {
             endPlayback(p, state: .ended, reason: "publicationEnded")
         }
+    }
+}
+
+/// A child process's exit status, awaited once with a timeout.
+private final class ExitSignal: @unchecked Sendable {
+    private let lock = NSLock()
+    private var status: Int32?
+    private var expired = false
+    private var waiter: CheckedContinuation<Int32?, Never>?
+
+    func fire(_ s: Int32) {
+        lock.lock()
+        status = s
+        let w = waiter
+        waiter = nil
+        lock.unlock()
+        w?.resume(returning: s)
+    }
+
+    /// The status, or nil when the process has not ended within `timeout`.
+    func wait(timeout: Duration) async -> Int32? {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.expire()
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { (c: CheckedContinuation<Int32?, Never>) in
+            lock.lock()
+            if let status { lock.unlock(); c.resume(returning: status); return }
+            if expired { lock.unlock(); c.resume(returning: nil); return }
+            waiter = c
+            lock.unlock()
+        }
+    }
+
+    private func expire() {
+        lock.lock()
+        expired = true
+        let w = waiter
+        waiter = nil
+        lock.unlock()
+        w?.resume(returning: nil)
     }
 }

@@ -156,7 +156,7 @@ struct AdminAPI: Sendable {
             try await guarded(r, status: .created) {
                 let body = try await jsonBody(r, c)
                 return try await rooms.adminStartPlayback(try param(c, "roomId"), recordingId: try string(body, "recordingId"),
-                                                          memberName: try string(body, "memberName"), startDelayMs: try int(body, "startDelayMs"))
+                                                          file: try string(body, "file"), memberName: try string(body, "memberName"), startDelayMs: try int(body, "startDelayMs"))
             }
         }
         v1.get("/rooms/:roomId/playbacks") { r, c in try await guarded(r) { try await rooms.adminPlaybacks(try param(c, "roomId")) } }

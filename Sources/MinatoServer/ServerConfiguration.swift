@@ -398,6 +398,10 @@ struct ConfigKey: Sendable {
             guard !v.isEmpty, !v.utf8.contains(where: { $0 <= 0x20 }) else { throw ConfigurationError(message: "\(s): a program name or path without spaces is needed") }
             c.rooms.recording.gstLaunch = v
         },
+        ConfigKey(path: "recording.gstDiscoverer", value: { $0.rooms.recording.gstDiscoverer }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in
+            guard !v.isEmpty, !v.utf8.contains(where: { $0 <= 0x20 }) else { throw ConfigurationError(message: "\(s): a program name or path without spaces is needed") }
+            c.rooms.recording.gstDiscoverer = v
+        },
         .int("rooms.maxKeepaliveIntervalSec", 1...86_400, { $0.rooms.maxKeepaliveIntervalSec }) { $0.rooms.maxKeepaliveIntervalSec = $1 },
         .int("rooms.maxKeepaliveIntervalGapSec", 0...86_400, { $0.rooms.maxKeepaliveIntervalGapSec }) { $0.rooms.maxKeepaliveIntervalGapSec = $1 },
         ConfigKey(path: "auth.secret", value: { $0.authSecret.isEmpty ? "(not set: auth off)" : "(set)" }) { (c: inout ServerConfiguration, v: String, s: String) throws(ConfigurationError) in

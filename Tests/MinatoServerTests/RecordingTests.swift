@@ -78,3 +78,47 @@ import MinatoWire
         #expect(h264.joined(separator: " ").contains("h264parse ! rtph264pay config-interval=-1 pt=96"))
     }
 }
+
+/// `gst-discoverer-1.0 -v` reports (Debian's GStreamer 1.22, files made by FFmpeg) read into
+/// what playback publishes.
+@Suite struct MediaFileProbeTests {
+    @Test func h264AndOpusInMatroska() throws {
+        let report = """
+        Analyzing file:///tmp/t.mkv
+        Done discovering file:///tmp/t.mkv
+
+        Properties:
+          Duration: 0:00:03.008000000
+          Seekable: yes
+          container #0: video/x-matroska
+            video #1: video/x-h264, level=(string)1.3, profile=(string)constrained-baseline, codec_data=(buffer)0142c00dffe100186742c00d, stream-format=(string)avc, width=(int)320
+              Codec:
+                video/x-h264, level=(string)1.3
+            audio #2: audio/x-opus, rate=(int)48000, channels=(int)1, channel-mapping-family=(int)0
+        """
+        let p = try #require(MediaFileProbe.parse(report))
+        #expect(p.durationMs == 3008)
+        #expect(p.video == .init(codec: .h264, fmtp: "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42c00d"))
+        #expect(p.audio == .init(codec: .opus, fmtp: nil))
+        #expect(p.unsupported.isEmpty)
+    }
+
+    @Test func vp9AloneAndUnsupportedStreamsAreNamed() throws {
+        let report = """
+          Duration: 1:02:03.500000000
+            video #1: video/x-vp9, width=(int)320, height=(int)240
+            video #2: video/x-vp8, width=(int)320, height=(int)240
+            audio #3: audio/x-vorbis, rate=(int)48000
+        """
+        let p = try #require(MediaFileProbe.parse(report))
+        #expect(p.durationMs == 3_723_500)
+        #expect(p.video == .init(codec: .vp9, fmtp: nil))   // the first video stream
+        #expect(p.audio == nil && p.unsupported == ["audio/x-vorbis"])
+    }
+
+    @Test func notAMediaFile() {
+        #expect(MediaFileProbe.parse("Analyzing file:///tmp/x.txt\nAn error was encountered while discovering the file\n Could not determine type of stream.\n") == nil)
+        #expect(MediaFileProbe.durationMs("0:61:00.0") == nil && MediaFileProbe.durationMs("x") == nil)
+        #expect(MediaFileProbe.h264Fmtp("video/x-h264, width=(int)320").hasSuffix("profile-level-id=42e01f"))
+    }
+}

@@ -651,6 +651,101 @@ async def playback(server):
         await viewer.close()
 
 
+# Files FFmpeg makes for playback: 320x240 test picture at 30 fps (a keyframe a second) and a
+# 440 Hz tone, 4 s.
+FILE_ENCODERS = {
+    "h264.mkv": ["-c:v", "libx264", "-profile:v", "baseline", "-pix_fmt", "yuv420p", "-g", "30", "-c:a", "libopus"],
+    "vp8.webm": ["-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-g", "30", "-b:v", "400k", "-c:a", "libopus"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FILE_ENCODERS))
+def test_playback_of_a_file(server, name: str):
+    """A WebM/Matroska file made by FFmpeg (H.264 or VP8, with Opus), put in recording.directory
+    and played by name: its codecs are read from the file (gst-discoverer-1.0), an aiortc
+    viewer decodes 320x240 video and hears the tone, the member leaves when the file ends.
+    Files outside the directory, missing ones and ones that are not media are refused."""
+    path = RECORDINGS / f"play-{name}"
+    out = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30",
+                          "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-t", "4",
+                          *FILE_ENCODERS[name], str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    run_async(play_file(server, path.name), timeout=90)
+
+
+async def play_file(server, file: str):
+    room_id = new_room(server, "play-file")
+    path = f"/v1/rooms/{room_id}/playbacks"
+    (RECORDINGS / "notes.txt").write_text("not a video\n")
+    for body, expected in (({"file": "../../etc/hostname"}, (403, "fileNotAllowed")), ({"file": "/etc/hostname"}, (403, "fileNotAllowed")),
+                           ({"file": "missing.mkv"}, (404, "fileNotFound")), ({"file": "notes.txt"}, (422, "notPlayable")),
+                           ({"file": file, "recordingId": "x"}, (400, "invalidParameter"))):
+        status, answer = await asyncio.to_thread(api, server, "POST", path, body)
+        assert (status, answer.get("error", {}).get("name")) == expected, (body, answer)
+    viewer = await Member.join(server.url, room_id, "viewer")
+    try:
+        status, body = await asyncio.to_thread(api, server, "POST", path, {"file": file, "memberName": "film", "startDelayMs": 2000})
+        assert status == 201, body
+        pb = body["playback"]
+        assert pb["state"] == "playing" and len(pb["publicationIds"]) == 2 and pb["file"].endswith("/" + file), pb
+        assert "recordingId" not in pb, pb
+        sv = await viewer.subscribe(pb["publicationIds"][0])
+        sa = await viewer.subscribe(pb["publicationIds"][1])
+        vs, as_ = VideoSink(sv.track, "film-video"), AudioSink(sa.track, "film-audio")
+
+        def state():
+            return api(server, "GET", path)[1]["playbacks"][0]
+        ended = await await_until(lambda: (s := state())["state"] != "playing" and s, 30, "the playback ends with its file",
+                                  interval=0.5)
+        vs.stop()
+        as_.stop()
+        problem = as_.tone_problem(440.0)
+        members = api(server, "GET", f"/v1/rooms/{room_id}/members")[1]["members"]
+        print(f"[playback] {file}: {vs.frames} frames of {dict(vs.sizes)} decoded, {as_.loud_frames} loud audio frames; "
+              f"ended {ended['reason']}")
+        assert (ended["state"], ended["reason"]) == ("ended", "fileEnded"), ended
+        assert [m["name"] for m in members] == ["viewer"], members
+        assert vs.frames >= 90 and set(vs.sizes) == {(320, 240)}, (vs.frames, vs.sizes)
+        assert not problem, problem
+    finally:
+        await viewer.close()
+
+
+def test_playback_of_a_vp9_file_to_chromium(server, chromium):
+    """A VP9 + Opus WebM file (FFmpeg's) played into a room: Chromium, through the browser SDK,
+    decodes its VP9 at 320x240 and receives its audio (aiortc has no VP9)."""
+    path = RECORDINGS / "play-vp9.webm"
+    out = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30",
+                          "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000", "-t", "6",
+                          "-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "30", "-b:v", "400k",
+                          "-c:a", "libopus", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    name = f"play-vp9-{os.getpid()}-{time.monotonic_ns()}"
+    status, body = api(server, "POST", "/v1/rooms", {"name": name})
+    assert status == 201, body
+    room_id = body["room"]["id"]
+    page, log = browser.sdk_page(chromium, server, "chromium")
+    try:
+        page.evaluate("T.connect()")
+        page.evaluate("(n) => T.findOrCreate(n)", name)
+        page.evaluate("() => T.join('viewer', {}, null)")
+        status, body = api(server, "POST", f"/v1/rooms/{room_id}/playbacks", {"file": path.name, "memberName": "film"})
+        assert status == 201, body
+
+        def flowing():
+            st = {s["contentType"]: s for s in page.evaluate("T.stats()") if s["publisherName"] == "film"}
+            v, a = st.get("video"), st.get("audio")
+            return st if v and a and v["framesDecoded"] >= 60 and v["videoWidth"] == 320 and a["packetsReceived"] >= 100 else None
+        st = wait_until(flowing, 20, "Chromium to decode the file's VP9 and receive its audio",
+                        state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors")})
+        print(f"[playback] play-vp9.webm to Chromium: {st['video']['framesDecoded']} frames of {st['video']['codec']} "
+              f"{st['video']['videoWidth']}x{st['video']['videoHeight']}, {st['audio']['packetsReceived']} audio packets")
+        assert st["video"]["codec"].lower() == "video/vp9", st
+        assert page.evaluate("T.errors") == []
+    finally:
+        browser.close_page(page, log, "test_playback_of_a_vp9_file_to_chromium")
+
+
 @pytest.mark.parametrize("mime,codec,fmt", [("video/H264", "h264", "mkv"), ("video/VP8", "vp8", "webm")])
 def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt: str):
     """Chromium (the browser SDK, fake camera and microphone) publishes H.264 (or VP8) and Opus; 10 s of it
