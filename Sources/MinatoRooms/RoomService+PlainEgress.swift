@@ -4,7 +4,7 @@ internal import MinatoTransport
 internal import MinatoWire
 
 /// Plain RTP egress (admin API `/v1/rooms/{id}/plain-transports`): one publication sent as
-/// plain RTP (no ICE, DTLS or SRTP) to an address and ports the admin names, for tools that do
+/// plain RTP (no ICE or DTLS; SRTP with SDES-style keys if asked) to an address and ports the admin names, for tools that do
 /// not speak WebRTC (FFmpeg or GStreamer with the SDP the answer carries, speech-to-text bots).
 /// The address must be one of `media.plain.allowedAddresses` (loopback only by default): the
 /// server is never an open relay. It ends with its publication (or the room) or on DELETE.
@@ -20,6 +20,8 @@ final class PlainEgress {
     let ssrc: UInt32
     var localPort: UInt16 = 0
     var consumer: ConsumerId?
+    /// SRTP keys (SDES-style) when the request asked for SRTP.
+    var srtp: PlainSrtpParameters?
 
     init(id: String, roomId: String, publicationId: String, remote: PlainRemote, transport: TransportId,
          codec: ForwardableCodec, kind: String, ssrc: UInt32) {
@@ -31,24 +33,28 @@ final class PlainEgress {
     var receiverSdp: String {
         let family = remote.address.contains(":") ? "IP6" : "IP4"
         var lines = ["v=0", "o=- 0 0 IN \(family) \(remote.address)", "s=Minato plain RTP", "c=IN \(family) \(remote.address)", "t=0 0",
-                     "m=\(kind) \(remote.rtpPort) RTP/AVP \(codec.payloadType)",
+                     "m=\(kind) \(remote.rtpPort) \(srtp == nil ? "RTP/AVP" : "RTP/SAVP") \(codec.payloadType)",
                      "a=rtpmap:\(codec.payloadType) \(codec.codec.encodingName)/\(codec.clockRate)" + (codec.codec == .opus ? "/2" : "")]
         if let fmtp = codec.parameters.text { lines.append("a=fmtp:\(codec.payloadType) \(fmtp)") }
+        if let srtp { lines.append(srtp.cryptoLine) }
         lines += ["a=rtcp:\(remote.rtcpPort)", "a=recvonly"]
         return lines.joined(separator: "\r\n") + "\r\n"
     }
 
     var json: JSONValue {
-        ["id": .string(id), "roomId": .string(roomId), "publicationId": .string(publicationId),
-         "address": .string(remote.address), "rtpPort": .int(Int(remote.rtpPort)), "rtcpPort": .int(Int(remote.rtcpPort)),
-         "localPort": .int(Int(localPort)), "ssrc": .int(Int(ssrc)), "payloadType": .int(Int(codec.payloadType)),
-         "sdp": .string(receiverSdp)]
+        var o: [String: JSONValue] = [
+            "id": .string(id), "roomId": .string(roomId), "publicationId": .string(publicationId),
+            "address": .string(remote.address), "rtpPort": .int(Int(remote.rtpPort)), "rtcpPort": .int(Int(remote.rtcpPort)),
+            "localPort": .int(Int(localPort)), "ssrc": .int(Int(ssrc)), "payloadType": .int(Int(codec.payloadType)),
+            "sdp": .string(receiverSdp)]
+        if let srtp { o["srtp"] = srtp.json }
+        return .object(o)
     }
 }
 
 extension RoomService {
     public func adminCreatePlainEgress(_ roomId: String, publicationId: String?, address: String?, rtpPort: Int?,
-                                       rtcpPort: Int?, payloadType: Int? = nil) async throws(RoomError) -> JSONValue {
+                                       rtcpPort: Int?, payloadType: Int? = nil, srtp: JSONValue? = nil) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
         guard let publicationId, let address, let rtpPort else {
             throw RoomError.invalidParameter("The body needs \"publicationId\", \"address\" and \"rtpPort\".")
@@ -60,6 +66,7 @@ extension RoomService {
         if let payloadType, !(96...127).contains(payloadType) {
             throw RoomError.invalidParameter("payloadType must be a dynamic payload type, 96...127.")
         }
+        let srtpParameters = try PlainSrtpParameters.parse(srtp)
         guard configuration.plainAllowedAddresses.contains(address) else {
             throw RoomError(code: 403, name: "addressNotAllowed",
                             detail: "Plain RTP goes only to media.plain.allowedAddresses (\(configuration.plainAllowedAddresses.joined(separator: ", "))).")
@@ -77,10 +84,11 @@ extension RoomService {
                                  remote: PlainRemote(address: address, rtpPort: UInt16(rtpPort), rtcpPort: UInt16(rtcp)),
                                  transport: tid, codec: stream.codec.codec, kind: pub.contentType, ssrc: UInt32.random(in: 1...UInt32.max))
         if let payloadType { egress.codec.payloadType = UInt8(payloadType) }
+        egress.srtp = srtpParameters
         plainEgresses.append(egress)
         do throws(RoomError) {
-            let router = room.router, remote = egress.remote
-            egress.localPort = try await onWorker(room) { try $0.createPlainTransport(id: tid, router: router, remote: remote) }.port
+            let router = room.router, remote = egress.remote, keys = srtpParameters?.keys
+            egress.localPort = try await onWorker(room) { try $0.createPlainTransport(id: tid, router: router, remote: remote, srtp: keys) }.port
             guard room.publications.contains(where: { $0 === pub }), plainEgresses.contains(where: { $0 === egress }) else {
                 throw RoomError.publicationNotFound(publicationId)
             }

@@ -19,6 +19,8 @@ final class PlainIngress {
     let codec: ForwardableCodec
     let ssrc: UInt32
     var port: UInt16 = 0
+    /// SRTP keys (SDES-style) when the request asked for SRTP.
+    var srtp: PlainSrtpParameters?
 
     init(id: String, roomId: String, memberId: String, publicationId: String, transport: TransportId, address: String,
          kind: String, codec: ForwardableCodec, ssrc: UInt32) {
@@ -27,9 +29,12 @@ final class PlainIngress {
     }
 
     var json: JSONValue {
-        ["id": .string(id), "roomId": .string(roomId), "memberId": .string(memberId), "publicationId": .string(publicationId),
-         "kind": .string(kind), "mimeType": .string("\(kind)/\(codec.codec.encodingName)"),
-         "payloadType": .int(Int(codec.payloadType)), "ssrc": .int(Int(ssrc)), "address": .string(address), "port": .int(Int(port))]
+        var o: [String: JSONValue] = [
+            "id": .string(id), "roomId": .string(roomId), "memberId": .string(memberId), "publicationId": .string(publicationId),
+            "kind": .string(kind), "mimeType": .string("\(kind)/\(codec.codec.encodingName)"),
+            "payloadType": .int(Int(codec.payloadType)), "ssrc": .int(Int(ssrc)), "address": .string(address), "port": .int(Int(port))]
+        if let srtp { o["srtp"] = srtp.json }
+        return .object(o)
     }
 }
 
@@ -41,9 +46,12 @@ public struct PlainPublicationRequest: Sendable {
     public var ssrc: Int?
     public var address: String?
     public var fmtp: String?
-    public init(memberName: String?, mimeType: String?, payloadType: Int?, ssrc: Int?, address: String?, fmtp: String?) {
+    /// `{cryptoSuite, keyBase64?}`: SRTP with SDES-style keys (`PlainSrtpParameters`).
+    public var srtp: JSONValue?
+    public init(memberName: String?, mimeType: String?, payloadType: Int?, ssrc: Int?, address: String?, fmtp: String?,
+                srtp: JSONValue? = nil) {
         self.memberName = memberName; self.mimeType = mimeType; self.payloadType = payloadType; self.ssrc = ssrc
-        self.address = address; self.fmtp = fmtp
+        self.address = address; self.fmtp = fmtp; self.srtp = srtp
     }
 }
 
@@ -66,6 +74,7 @@ extension RoomService {
         guard let ssrc = r.ssrc, (1...Int(UInt32.max)).contains(ssrc) else {
             throw RoomError.invalidParameter("\"ssrc\" must be 1...4294967295 (the sender's, e.g. FFmpeg's -ssrc).")
         }
+        let srtpParameters = try PlainSrtpParameters.parse(r.srtp)
         let address = r.address ?? "127.0.0.1"
         guard anyAddress || configuration.plainAllowedAddresses.contains(address) else {
             throw RoomError(code: 403, name: "addressNotAllowed",
@@ -93,13 +102,14 @@ extension RoomService {
         nextTransportId += 1
         let ingress = PlainIngress(id: newId(), roomId: room.id, memberId: member.id, publicationId: newId(), transport: tid,
                                    address: address, kind: kind, codec: codec, ssrc: UInt32(ssrc))
+        ingress.srtp = srtpParameters
         plainIngresses.append(ingress)
         let producer: ProducerId
         do throws(RoomError) {
-            let router = room.router
+            let router = room.router, keys = srtpParameters?.keys
             ingress.port = try await onWorker(room) {
                 try $0.createPlainTransport(id: tid, router: router, remote: PlainRemote(address: address, rtpPort: 0, rtcpPort: 0),
-                                            ingress: true)
+                                            ingress: true, srtp: keys)
             }.port
             let media: MediaKind = kind == "audio" ? .audio : .video
             producer = try await onWorker(room) { core in

@@ -132,7 +132,8 @@ struct AdminAPI: Sendable {
                 let body = try await jsonBody(r, c)
                 return try await rooms.adminCreatePlainEgress(try param(c, "roomId"), publicationId: try string(body, "publicationId"),
                                                               address: try string(body, "address"), rtpPort: try int(body, "rtpPort"),
-                                                              rtcpPort: try int(body, "rtcpPort"), payloadType: try int(body, "payloadType"))
+                                                              rtcpPort: try int(body, "rtcpPort"), payloadType: try int(body, "payloadType"),
+                                                              srtp: body["srtp"])
             }
         }
         v1.get("/rooms/:roomId/plain-transports") { r, c in try await guarded(r) { try await rooms.adminPlainEgresses(try param(c, "roomId")) } }
@@ -144,7 +145,7 @@ struct AdminAPI: Sendable {
                 let body = try await jsonBody(r, c)
                 let request = PlainPublicationRequest(memberName: try string(body, "memberName"), mimeType: try string(body, "mimeType"),
                                                       payloadType: try int(body, "payloadType"), ssrc: try int(body, "ssrc"),
-                                                      address: try string(body, "address"), fmtp: try string(body, "fmtp"))
+                                                      address: try string(body, "address"), fmtp: try string(body, "fmtp"), srtp: body["srtp"])
                 return try await rooms.adminCreatePlainIngress(try param(c, "roomId"), request)
             }
         }

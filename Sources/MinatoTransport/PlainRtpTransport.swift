@@ -19,6 +19,35 @@ public struct PlainRemote: Sendable, Equatable {
     }
 }
 
+/// SRTP on a plain transport with keys given over the admin API (SDES-style, RFC 4568's
+/// `a=crypto` key material): our master key and salt protects what we send, the remote's
+/// unprotects what it sends. No DTLS: whoever knows the keys can read or inject.
+public struct PlainSrtp: Sendable {
+    public let profile: SrtpProfile
+    public let localKeyAndSalt: [UInt8]
+    public let remoteKeyAndSalt: [UInt8]
+
+    public init(profile: SrtpProfile, localKeyAndSalt: [UInt8], remoteKeyAndSalt: [UInt8]) {
+        self.profile = profile; self.localKeyAndSalt = localKeyAndSalt; self.remoteKeyAndSalt = remoteKeyAndSalt
+    }
+
+    /// The crypto suites a plain transport takes, by their SDES names (RFC 4568, RFC 7714).
+    public static func profile(suite: String) -> SrtpProfile? {
+        switch suite {
+        case "AES_CM_128_HMAC_SHA1_80": return .aes128CmSha1_80
+        case "AEAD_AES_128_GCM": return .aeadAes128Gcm
+        default: return nil
+        }
+    }
+
+    public static func suite(of profile: SrtpProfile) -> String {
+        profile == .aeadAes128Gcm ? "AEAD_AES_128_GCM" : profile == .aeadAes256Gcm ? "AEAD_AES_256_GCM" : "AES_CM_128_HMAC_SHA1_80"
+    }
+
+    /// The length of a master key and salt of `profile` (30 bytes for AES-CM, 28 for AES-128-GCM).
+    public static func keyAndSaltLength(_ profile: SrtpProfile) -> Int { profile.keyLength + profile.saltLength }
+}
+
 /// A plain transport as made: its id and the local port the remote's RTCP must be sent to.
 public struct PlainTransportDescription: Sendable {
     public let id: TransportId
@@ -26,7 +55,7 @@ public struct PlainTransportDescription: Sendable {
     public let port: UInt16
 }
 
-/// An RTP egress transport without ICE, DTLS or SRTP (mediasoup's `PlainTransport` with
+/// An RTP egress transport without ICE or DTLS, and SRTP only with given keys (mediasoup's `PlainTransport` with
 /// `comedia` off and `rtcpMux` off): one UDP socket, bound to an ephemeral port of the local
 /// address of the remote's kind, sends the engine's RTP to the remote's RTP port and its RTCP
 /// to the remote's RTCP port. What comes back on the socket is read as RTCP (receiver
@@ -53,11 +82,13 @@ final class PlainRtpTransport {
     private var source: UnsafeMutablePointer<GSource>?
     /// One datagram read at a time into this (allocated once).
     private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 8)
+    /// SRTP with the admin API's keys (`PlainSrtp`); nil: in the clear.
+    let srtp: SrtpSession?
 
     enum Failure: Error, Equatable { case badAddress, socket(Int32) }
 
-    init(id: TransportId, index: TransportIndex, remote: PlainRemote, ingress: Bool = false) {
-        self.id = id; self.index = index; self.remote = remote; self.ingress = ingress
+    init(id: TransportId, index: TransportIndex, remote: PlainRemote, ingress: Bool = false, srtp: SrtpSession? = nil) {
+        self.id = id; self.index = index; self.remote = remote; self.ingress = ingress; self.srtp = srtp
     }
 
     deinit { buffer.deallocate() }

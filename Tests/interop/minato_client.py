@@ -497,10 +497,18 @@ class LoopThread:
 
 
 def run_async(coro: Any, timeout: float = 100) -> Any:
-    """Runs a test coroutine on a fresh event loop, bounded in time."""
+    """Runs a test coroutine on a fresh event loop, bounded in time. When this thread already
+    runs a loop (Playwright's sync API keeps one once a module's Chromium started), the fresh
+    loop runs on a thread of its own."""
     async def bounded() -> Any:
         return await asyncio.wait_for(coro, timeout)
-    return asyncio.run(bounded())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(bounded())
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(lambda: asyncio.run(bounded())).result()
 
 
 def assert_rpc_error(resp: dict, code: int, name: Optional[str] = None) -> dict:

@@ -593,6 +593,105 @@ def test_plain_rtp_ingress_to_chromium(server, chromium):
         browser.close_page(page, log, "test_plain_rtp_ingress_to_chromium")
 
 
+def test_plain_rtp_with_srtp(server, tmp_path):
+    """Plain RTP with SDES-style SRTP keys (AES_CM_128_HMAC_SHA1_80), both ways with Debian's
+    FFmpeg: FFmpeg publishes with its key (`-srtp_out_params`), an aiortc viewer decodes it; a
+    sender with another key gets nothing in (counted `srtp_unprotect_failed`); an egress with
+    SRTP carries `RTP/SAVP` and the server's key in its SDP (`a=crypto`), from which FFmpeg
+    decodes 30 frames; a malformed srtp object is refused."""
+    run_async(plain_srtp(server, tmp_path), timeout=90)
+
+
+async def plain_srtp(server, tmp_path: Path):
+    import base64
+    suite = "AES_CM_128_HMAC_SHA1_80"
+    room_id = new_room(server, "srtp")
+    path = f"/v1/rooms/{room_id}/plain-publications"
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/VP8", "payloadType": 96, "ssrc": 1111,
+                                              "srtp": {"cryptoSuite": "NULL_CIPHER"}})
+    assert (status, body["error"]["name"]) == (400, "invalidParameter"), body
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/VP8", "payloadType": 96, "ssrc": 1111,
+                                              "srtp": {"cryptoSuite": suite, "keyBase64": "c2hvcnQ="}})
+    assert (status, body["error"]["name"]) == (400, "invalidParameter"), body
+    key, wrong = base64.b64encode(os.urandom(30)).decode(), base64.b64encode(os.urandom(30)).decode()
+    status, body = api(server, "POST", path, {"memberName": "ffmpeg", "mimeType": "video/VP8", "payloadType": 96, "ssrc": 1111,
+                                              "srtp": {"cryptoSuite": suite, "keyBase64": key}})
+    assert status == 201, body
+    good = body["plainPublication"]
+    assert good["srtp"]["cryptoSuite"] == suite and len(base64.b64decode(good["srtp"]["keyBase64"])) == 30, good
+    status, body = api(server, "POST", path, {"memberName": "intruder", "mimeType": "video/VP8", "payloadType": 96, "ssrc": 3333,
+                                              "srtp": {"cryptoSuite": suite, "keyBase64": key}})
+    assert status == 201, body
+    bad = body["plainPublication"]
+
+    def sender(port: int, ssrc: int, k: str) -> list[str]:
+        return ["ffmpeg", "-nostdin", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=30", "-t", "30",
+                "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "500k", "-g", "30",
+                "-f", "rtp", "-payload_type", "96", "-ssrc", str(ssrc), "-srtp_out_suite", suite, "-srtp_out_params", k,
+                f"srtp://127.0.0.1:{port}?rtcpport={port}"]
+    drops0 = metric(await asyncio.to_thread(scrape, server.http), "minato_packets_dropped_total", reason="srtp_unprotect_failed") or 0
+    viewer = await Member.join(server.url, room_id, "viewer")
+    procs = []
+    try:
+        sv = await viewer.subscribe(good["publicationId"])
+        vs = VideoSink(sv.track, "srtp-video")
+        for port, ssrc, k in ((good["port"], 1111, key), (bad["port"], 3333, wrong)):
+            procs.append(await asyncio.create_subprocess_exec(*sender(port, ssrc, k), stdout=asyncio.subprocess.DEVNULL,
+                                                              stderr=asyncio.subprocess.PIPE))
+        assert await vs.wait_frames(60, 20), f"the viewer decoded {vs.frames} frames of FFmpeg's SRTP video"
+        drops = metric(await asyncio.to_thread(scrape, server.http), "minato_packets_dropped_total", reason="srtp_unprotect_failed") or 0
+        stats = (await asyncio.to_thread(api, server, "GET", f"/v1/rooms/{room_id}/stats"))[1]
+        received = {p["publicationId"]: p["packetsReceived"] for p in stats.get("publicationStats", [])}
+        print(f"[plain] SRTP ingress: {vs.frames} frames of {dict(vs.sizes)} decoded; the wrong key's sender: "
+              f"{drops - drops0:.0f} datagrams refused, {received.get(bad['publicationId'])} packets taken")
+        assert set(vs.sizes) == {(320, 240)}, vs.sizes
+        assert drops - drops0 >= 30 and received.get(bad["publicationId"]) == 0, (drops - drops0, received)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        await viewer.close()
+
+    # Egress: an aiortc publisher's video to FFmpeg, protected with the server's key.
+    room2 = new_room(server, "srtp-out")
+    video = SyntheticVideoTrack()
+    pub = await Member.join(server.url, room2, "cam")
+    ffmpeg = None
+    try:
+        vpub = await pub.publish(video)
+        await await_until(lambda: video.frames_sent > 30, 10, "the publisher sends video")
+        out = f"/v1/rooms/{room2}/plain-transports"
+        port = free_port_pair()
+        status, body = await asyncio.to_thread(api, server, "POST", out, {"publicationId": vpub.id, "address": "127.0.0.1",
+                                                                           "rtpPort": port, "srtp": {"cryptoSuite": suite}})
+        assert status == 201, body
+        egress = body["plainTransport"]
+        assert f"m=video {port} RTP/SAVP " in egress["sdp"], egress["sdp"]
+        assert f"a=crypto:1 {suite} inline:{egress['srtp']['keyBase64']}" in egress["sdp"], egress["sdp"]
+        sdp = tmp_path / "srtp.sdp"
+        sdp.write_text(egress["sdp"])
+        ffmpeg = await asyncio.create_subprocess_exec(
+            "ffmpeg", "-nostdin", "-v", "error", "-protocol_whitelist", "file,udp,rtp,srtp", "-i", str(sdp),
+            "-frames:v", "30", "-f", "rawvideo", "-pix_fmt", "yuv420p", "pipe:1",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        await await_until(lambda: not can_bind(port), 10, "FFmpeg listens", interval=0.1)
+        # FFmpeg came after the first keyframe: a second (clear) egress asks the publisher for another.
+        await asyncio.sleep(0.6)
+        status, body = await asyncio.to_thread(api, server, "POST", out, {"publicationId": vpub.id, "address": "127.0.0.1",
+                                                                           "rtpPort": free_port_pair()})
+        assert status == 201, body
+        raw, err = await asyncio.wait_for(ffmpeg.communicate(), 30)
+        frames = len(raw) // (320 * 240 * 3 // 2)
+        print(f"[plain] SRTP egress: FFmpeg decoded {frames} frames, stderr {err.decode(errors='replace').strip()[:300]!r}")
+        assert ffmpeg.returncode == 0 and frames == 30, err.decode(errors="replace")
+    finally:
+        if ffmpeg is not None and ffmpeg.returncode is None:
+            ffmpeg.kill()
+            await ffmpeg.wait()
+        await pub.close()
+
+
 def test_playback_of_a_recording(server):
     """A recording played into another room: a bot member publishes it in real time, an aiortc
     viewer decodes the recorded frames (indexes drawn in the pictures) in order and hears the
