@@ -122,3 +122,23 @@ import MinatoWire
         #expect(MediaFileProbe.h264Fmtp("video/x-h264, width=(int)320").hasSuffix("profile-level-id=42e01f"))
     }
 }
+
+/// The admin API's `srtp` object of plain RTP (SDES-style keys).
+@Suite struct PlainSrtpParametersTests {
+    @Test func suitesKeysAndRefusals() throws {
+        #expect(try PlainSrtpParameters.parse(nil) == nil)
+        let own = try #require(try PlainSrtpParameters.parse(["cryptoSuite": "AES_CM_128_HMAC_SHA1_80"]))
+        #expect(own.keys.localKeyAndSalt.count == 30 && own.keys.remoteKeyAndSalt == own.keys.localKeyAndSalt)
+        #expect(own.cryptoLine == "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:" + Data(own.keys.localKeyAndSalt).base64EncodedString())
+        let theirs = [UInt8](repeating: 7, count: 28)
+        let gcm = try #require(try PlainSrtpParameters.parse(["cryptoSuite": "AEAD_AES_128_GCM",
+                                                              "keyBase64": .string(Data(theirs).base64EncodedString())]))
+        #expect(gcm.keys.remoteKeyAndSalt == theirs && gcm.keys.localKeyAndSalt.count == 28 && gcm.keys.localKeyAndSalt != theirs)
+        for bad: JSONValue in ["AES_CM_128_HMAC_SHA1_80", ["cryptoSuite": "NULL"],
+                               ["cryptoSuite": "AES_CM_128_HMAC_SHA1_80", "keyBase64": .string(Data(theirs).base64EncodedString())],
+                               ["cryptoSuite": "AES_CM_128_HMAC_SHA1_80", "keyBase64": "not base64!"],
+                               ["cryptoSuite": "AES_CM_128_HMAC_SHA1_80", "keyBase64": 5]] {
+            #expect(throws: RoomError.self) { _ = try PlainSrtpParameters.parse(bad) }
+        }
+    }
+}
