@@ -555,6 +555,16 @@ def ffmpeg_plain_sender(v: dict, a: dict, seconds: int = 30) -> list[str]:
             "-f", "rtp", "-payload_type", "111", "-ssrc", "2222", f"rtp://127.0.0.1:{a['port']}?rtcpport={a['port']}"]
 
 
+def chromium_watches(page, publisher: str, what: str) -> dict:
+    """Waits (20 s) until the harness page decoded 60 frames 320 wide of member `publisher`'s
+    video and received 100 packets of its audio; their inbound stats by content type."""
+    def flowing():
+        st = {s["contentType"]: s for s in page.evaluate("T.stats()") if s["publisherName"] == publisher}
+        v, a = st.get("video"), st.get("audio")
+        return st if v and a and v["framesDecoded"] >= 60 and v["videoWidth"] == 320 and a["packetsReceived"] >= 100 else None
+    return wait_until(flowing, 20, what, state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors")})
+
+
 def test_plain_rtp_ingress_to_chromium(server, chromium):
     """FFmpeg's plain RTP publications watched by Chromium through the browser SDK: it
     decodes the 320x240 video and receives the Opus audio."""
@@ -576,13 +586,7 @@ def test_plain_rtp_ingress_to_chromium(server, chromium):
         page.evaluate("(n) => T.findOrCreate(n)", name)
         t0 = time.monotonic()
         page.evaluate("() => T.join('viewer', {}, null)")
-
-        def flowing():
-            st = {s["contentType"]: s for s in page.evaluate("T.stats()") if s["publisherName"] == "ffmpeg"}
-            v, a = st.get("video"), st.get("audio")
-            return st if v and a and v["framesDecoded"] >= 60 and v["videoWidth"] == 320 and a["packetsReceived"] >= 100 else None
-        st = wait_until(flowing, 20, "Chromium to decode FFmpeg's video and receive its audio",
-                        state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors")})
+        st = chromium_watches(page, "ffmpeg", "Chromium to decode FFmpeg's video and receive its audio")
         print(f"[plain] ingress to Chromium: 60 frames of {st['video']['videoWidth']}x{st['video']['videoHeight']} "
               f"decoded {time.monotonic() - t0:.2f} s after join, {st['audio']['packetsReceived']} audio packets")
         assert page.evaluate("T.errors") == []
@@ -830,13 +834,7 @@ def test_playback_of_a_vp9_file_to_chromium(server, chromium):
         page.evaluate("() => T.join('viewer', {}, null)")
         status, body = api(server, "POST", f"/v1/rooms/{room_id}/playbacks", {"file": path.name, "memberName": "film"})
         assert status == 201, body
-
-        def flowing():
-            st = {s["contentType"]: s for s in page.evaluate("T.stats()") if s["publisherName"] == "film"}
-            v, a = st.get("video"), st.get("audio")
-            return st if v and a and v["framesDecoded"] >= 60 and v["videoWidth"] == 320 and a["packetsReceived"] >= 100 else None
-        st = wait_until(flowing, 20, "Chromium to decode the file's VP9 and receive its audio",
-                        state=lambda: {"stats": page.evaluate("T.stats()"), "errors": page.evaluate("T.errors")})
+        st = chromium_watches(page, "film", "Chromium to decode the file's VP9 and receive its audio")
         print(f"[playback] play-vp9.webm to Chromium: {st['video']['framesDecoded']} frames of {st['video']['codec']} "
               f"{st['video']['videoWidth']}x{st['video']['videoHeight']}, {st['audio']['packetsReceived']} audio packets")
         assert st["video"]["codec"].lower() == "video/vp9", st
