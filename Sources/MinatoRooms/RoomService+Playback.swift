@@ -266,44 +266,38 @@ extension RoomService {
     }
 }
 
-/// A child process's exit status, awaited once with a timeout.
+/// A child process's exit status, awaited once with a timeout: settled once, by the exit
+/// (its status) or by the timeout (nil), whichever comes first.
 private final class ExitSignal: @unchecked Sendable {
     private let lock = NSLock()
-    private var status: Int32?
-    private var expired = false
+    /// nil: not settled yet; .some(nil): timed out; .some(status): exited.
+    private var outcome: Int32??
     private var waiter: CheckedContinuation<Int32?, Never>?
 
-    func fire(_ s: Int32) {
-        lock.lock()
-        status = s
-        let w = waiter
-        waiter = nil
-        lock.unlock()
-        w?.resume(returning: s)
-    }
+    func fire(_ status: Int32) { settle(status) }
 
     /// The status, or nil when the process has not ended within `timeout`.
     func wait(timeout: Duration) async -> Int32? {
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
-            self?.expire()
+            self?.settle(nil)
         }
         defer { timer.cancel() }
         return await withCheckedContinuation { (c: CheckedContinuation<Int32?, Never>) in
             lock.lock()
-            if let status { lock.unlock(); c.resume(returning: status); return }
-            if expired { lock.unlock(); c.resume(returning: nil); return }
+            if let outcome { lock.unlock(); c.resume(returning: outcome); return }
             waiter = c
             lock.unlock()
         }
     }
 
-    private func expire() {
+    private func settle(_ value: Int32?) {
         lock.lock()
-        expired = true
+        guard outcome == nil else { lock.unlock(); return }
+        outcome = .some(value)
         let w = waiter
         waiter = nil
         lock.unlock()
-        w?.resume(returning: nil)
+        w?.resume(returning: value)
     }
 }

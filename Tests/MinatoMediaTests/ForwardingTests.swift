@@ -23,6 +23,19 @@ final class EngineHarness {
                                                   keyFrameRequest: keyFrame))
     }
 
+    /// A VP8 producer (SSRC 0x1111, RTX 0x1112 with payload type 97) whose gaps the engine
+    /// NACKs, and one consumer of it (0xB0B0, payload type 100) on a new subscriber transport;
+    /// what that queued is drained. Returns the producer.
+    @discardableResult
+    func nackedVideoToOneSubscriber() throws -> ProducerId {
+        let p = try engine.addProducer(ProducerParameters(transport: publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
+                                                          payloadType: 96, clockRate: 90_000, codec: .vp8,
+                                                          keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
+        _ = try consumer(p, on: subscriber(), ssrc: 0xB0B0, pt: 100)
+        _ = drain()
+        return p
+    }
+
     func subscriber(router r: RouterId? = nil) -> TransportIndex {
         engine.addTransport(router: r ?? router, feedbackSsrc: 0xABCD)
     }

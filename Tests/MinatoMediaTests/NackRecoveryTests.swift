@@ -153,11 +153,7 @@ extension EngineHarness {
 
     @Test func rtxFromThePublisherFillsTheGapAndDuplicatesAreDropped() throws {
         let h = EngineHarness()
-        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
-                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
-                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
-        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
-        _ = h.drain()
+        try h.nackedVideoToOneSubscriber()
         let key = try #require(h.send(keyframe: true).first?.rtp)
         h.publisherSeq &+= 1
         let lost = h.publisherSeq
@@ -214,11 +210,7 @@ extension EngineHarness {
     /// 40 ms default (which made a lost retransmission cost a frame 60 ms).
     @Test func repairsMeasureThePublishersRoundTripAndPaceTheRetries() throws {
         let h = EngineHarness()
-        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
-                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
-                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
-        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
-        _ = h.drain()
+        try h.nackedVideoToOneSubscriber()
         h.send(keyframe: true)
         #expect(h.engine.roundTripTime(h.publisher) == h.engine.tuning.defaultRoundTripTime)  // unknown yet
         // A packet lost, NACKed, and its RTX 2 ms later.

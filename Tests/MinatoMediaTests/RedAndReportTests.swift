@@ -98,11 +98,7 @@ import MinatoWire
 
     @Test func rtxRepairsThroughTheEngineLeaveThePublishersLossInItsStats() throws {
         let h = EngineHarness()
-        let p = try h.engine.addProducer(ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, rtxSsrc: 0x1112,
-                                                            payloadType: 96, clockRate: 90_000, codec: .vp8,
-                                                            keyFrameRequest: .pli, rtxPayloadType: 97, nack: true))
-        _ = try h.consumer(p, on: h.subscriber(), ssrc: 0xB0B0, pt: 100)
-        _ = h.drain()
+        let p = try h.nackedVideoToOneSubscriber()
         h.send(keyframe: true)
         h.publisherSeq &+= 1
         let lost = h.publisherSeq
