@@ -113,6 +113,13 @@ let package = Package(
             name: "minato-client",
             dependencies: ["MinatoClient", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
+        // The RTP load generator (bench/run.sh): Minato through the client SDK and Janus through its
+        // HTTP API, the same packets. In the root package so `make test`'s build also builds it
+        // (CI's `make bench-smoke` needs no build of its own).
+        .executableTarget(
+            name: "minato-bench",
+            dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .executableTarget(
             name: "minato",
             dependencies: ["MinatoServer", "MinatoRooms", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -4,13 +4,13 @@
 #   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
 #                        and data fan-out 1->10 on Minato                -> bench/results/data-fanout.json
 #   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI;
-#                        debug builds: the server from `make test`'s .build, the generator in
-#                        bench/.build/debug, so CI skips two release builds)  -> artifacts/bench/smoke.json
+#                        debug builds of both from `make test`'s .build, so CI builds nothing
+#                        more)                                                  -> artifacts/bench/smoke.json
 # Extra arguments go to `minato-bench run` (e.g. --video-bitrate 4000000 --duration 60).
 # Each server runs in its own loopback-only network namespace (unshare -n) together with the
 # load generator; nothing leaves `lo`. Installs what is missing first (Debian packages, the
-# janus package, the Python venv for the chart) and builds bench/ in release mode (the first
-# build takes about 10 minutes on 2 cores).
+# janus package, the Python venv for the chart) and builds the server and `minato-bench` (root
+# package products) in release mode (the first build takes about 10 minutes on 2 cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/scripts/libsrtp-env.sh"   # libsrtp2 on OpenSSL (scripts/build-libsrtp.sh)
@@ -30,17 +30,18 @@ bash scripts/interop-setup.sh          # iproute2 (ip), the venv with matplotlib
 case " $SERVERS " in *" janus "*) bash scripts/janus-run.sh --setup ;; esac
 
 if [ "$MODE" = smoke ]; then
-    echo "bench: building the server (debug, the root package) and minato-bench (debug)" >&2
+    # `make test` already built both (debug): nothing to compile in CI.
+    echo "bench: building the server and minato-bench (debug)" >&2
     swift build --product minato
-    (cd bench && swift build --product minato-bench)
-    BIN="$ROOT/bench/.build/debug"
-    SERVER_BIN="$ROOT/.build/debug/minato"
+    swift build --product minato-bench
+    BIN="$ROOT/.build/debug"
 else
-    echo "bench: building bench/ (release)" >&2
-    (cd bench && swift build -c release --product minato && swift build -c release --product minato-bench)
-    BIN="$ROOT/bench/.build/release"
-    SERVER_BIN="$BIN/minato"
+    echo "bench: building the server and minato-bench (release)" >&2
+    swift build -c release --product minato
+    swift build -c release --product minato-bench
+    BIN="$ROOT/.build/release"
 fi
+SERVER_BIN="$BIN/minato"
 mkdir -p "$OUTDIR" artifacts/bench
 raws=()
 for server in $SERVERS; do

@@ -5,13 +5,14 @@
 # the process). Prints one line per scenario: forwarded packets in those 10 s (from the
 # scenario's forwarded pps), sendmmsg, recvmsg and all syscalls, each per forwarded packet.
 # Usage: bench/syscalls.sh [scenario ...]   (default: fanout-1-10 audio-50; after a release
-# build of bench/, e.g. `make bench-quick`). Needs perf (linux-perf) with tracepoints readable.
+# build of the server and minato-bench, e.g. `make bench-quick`). Needs perf (linux-perf) with
+# tracepoints readable.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="$ROOT/bench/.build/release"
+BIN="$ROOT/.build/release"
 OUT="$ROOT/artifacts/bench"
 mkdir -p "$OUT"
-[ -x "$BIN/minato-bench" ] && [ -x "$BIN/minato" ] || { echo "syscalls: build bench/ in release first" >&2; exit 2; }
+[ -x "$BIN/minato-bench" ] && [ -x "$BIN/minato" ] || { echo "syscalls: build minato and minato-bench in release first (make bench-quick)" >&2; exit 2; }
 command -v perf >/dev/null || { echo "syscalls: perf is missing (apt-get install linux-perf)" >&2; exit 2; }
 EVENTS='raw_syscalls:sys_enter,syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmsg'
 [ $# -gt 0 ] || set -- fanout-1-10 audio-50
