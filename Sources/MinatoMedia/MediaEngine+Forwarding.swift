@@ -3,6 +3,15 @@ internal import MinatoWire
 // The packet path: RTP from publishers, into the retransmission store once, out to every
 // consumer. No allocation, no locks, no String; every drop counted by reason.
 extension MediaEngine {
+    /// Whether RTP arriving on `transport` is recorded for transport-wide feedback, the only
+    /// use of a packet's `arrival`: the worker asks the kernel for that timestamp (one syscall)
+    /// only then.
+    @inline(__always)
+    public func recordsArrivals(on transport: TransportIndex) -> Bool {
+        isActive(transport) && transports[Int(transport.slot)].transportSequenceId != 0
+            && transports[Int(transport.slot)].feedbackRecorder != nil
+    }
+
     /// Forwards one clear RTP packet received on `transport` to every consumer of its producer.
     /// RTX from a publisher (its `rtxSsrc`) is turned back into the original packet in place
     /// (RFC 4588: the original sequence number is the payload's first two bytes) and then

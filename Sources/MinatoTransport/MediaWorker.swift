@@ -324,7 +324,8 @@ public final class WorkerCore {
         let now = monotonicNow()
         switch t.received(datagram, now: now, engine: engine) {
         case .rtp(let packet):
-            engine.handleRtp(from: t.index, packet: packet, now: now, arrival: t.kernelArrival(now: now))
+            let arrival = engine.recordsArrivals(on: t.index) ? t.kernelArrival(now: now) : 0
+            engine.handleRtp(from: t.index, packet: packet, now: now, arrival: arrival)
             flushIfFull()
         case .rtcp(let packet):
             engine.handleRtcp(from: t.index, packet: packet, now: now)

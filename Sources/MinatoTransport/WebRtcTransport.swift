@@ -184,6 +184,8 @@ final class WebRtcTransport {
     /// it read it), if it is plausible (not after `now`, at most 1 s before); else 0 (`now`
     /// then stands for it). After the worker was kept from running, packets that waited in the
     /// socket buffer keep their real spacing in the feedback a publisher's estimator reads.
+    /// One `ioctl` per call: the worker asks only where the engine records arrivals
+    /// (`MediaEngine.recordsArrivals`).
     @inline(__always)
     func kernelArrival(now: Nanoseconds) -> Nanoseconds {
         if !sender.isResolved, let ice { sender.resolve(ice) }

@@ -31,6 +31,23 @@ import MinatoWire
         }
     }
 
+    /// The worker asks the kernel for a packet's arrival time only where it is recorded: on a
+    /// transport whose publication negotiated the transport-wide sequence number.
+    @Test func arrivalsAreRecordedOnlyWhereTransportWideFeedbackWasNegotiated() throws {
+        let h = EngineHarness()
+        #expect(!h.engine.recordsArrivals(on: h.publisher))
+        _ = try h.producer(kind: .audio, ssrc: 0x2222, pt: 111, keyFrame: .none)
+        #expect(!h.engine.recordsArrivals(on: h.publisher))
+        var params = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, payloadType: 96, clockRate: 90_000,
+                                        codec: .vp8, keyFrameRequest: .pli)
+        params.transportSequenceExtensionId = Self.twccId
+        _ = try h.engine.addProducer(params)
+        #expect(h.engine.recordsArrivals(on: h.publisher))
+        #expect(!h.engine.recordsArrivals(on: h.engine.addTransport(router: h.router, feedbackSsrc: 0xBEEF)))
+        h.engine.removeTransport(h.publisher)
+        #expect(!h.engine.recordsArrivals(on: h.publisher))
+    }
+
     @Test func arrivalsAndLossesAreReportedEveryFiftyMilliseconds() throws {
         let h = EngineHarness()
         var params = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0x1111, payloadType: 96, clockRate: 90_000,
