@@ -37,8 +37,7 @@ if [ "$MODE" = smoke ]; then
     BIN="$ROOT/.build/debug"
 else
     echo "bench: building the server and minato-bench (release)" >&2
-    swift build -c release --product minato
-    swift build -c release --product minato-bench
+    bash scripts/release-build.sh minato minato-bench
     BIN="$ROOT/.build/release"
 fi
 SERVER_BIN="$BIN/minato"

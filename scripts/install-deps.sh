@@ -7,11 +7,13 @@
 # Recording runs GStreamer's gst-launch-1.0 (gstreamer1.0-tools) with the base, good (rtpbin, RTP
 # depayloaders, webmmux/matroskamux) and bad (opusparse, h264parse) plugins; playing a file reads what
 # it holds with gst-discoverer-1.0 (gstreamer1.0-plugins-base-apps).
+# Release builds link Foundation statically (scripts/release-build.sh); FoundationNetworking,
+# which the load generator minato-bench uses, then links libcurl (libcurl4-openssl-dev).
 # The Swift toolchain itself is expected on PATH (swift 6.1 or newer).
 set -euo pipefail
 need=()
 for pkg in pkg-config libnice-dev libssl-dev libhiredis-dev libusrsctp-dev gstreamer1.0-tools gstreamer1.0-plugins-base \
-           gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-base-apps; do
+           gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-base-apps libcurl4-openssl-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
