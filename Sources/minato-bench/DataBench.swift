@@ -18,8 +18,8 @@ struct DataRun: AsyncParsableCommand {
     @Option(help: "Bytes per message (at least 12).") var size = 1024
     @Option(help: "Seconds per phase.") var duration = 5.0
     @Option(help: "Client worker threads the subscribers are spread over (the publisher has its own; on 2 cores more than one competes with the server).") var subscriberThreads = 1
-    @Option(help: "The minato executable.") var minatoBin = "../.build/release/minato"
-    @Option(help: "Server logs go here.") var logDir = "../artifacts/bench"
+    @Option(help: "The minato executable.") var minatoBin = ".build/release/minato"
+    @Option(help: "Server logs go here.") var logDir = "artifacts/bench"
     @Option(help: "Where the JSON object goes.") var out: String
 
     struct Phase: Codable {

@@ -27,10 +27,10 @@ struct Run: AsyncParsableCommand {
     @Option(help: "Video frames per second.") var fps = 30
     @Option(help: "Video packet size in bytes (RTP header included).") var packetSize = 1200
     @Option(help: "Audio packet size in bytes (RTP header included).") var audioPacketSize = 100
-    @Option(help: "The minato executable.") var minatoBin = "../.build/release/minato"
-    @Option(help: "The script that runs Janus in the foreground.") var janusRun = "../scripts/janus-run.sh"
+    @Option(help: "The minato executable.") var minatoBin = ".build/release/minato"
+    @Option(help: "The script that runs Janus in the foreground.") var janusRun = "scripts/janus-run.sh"
     @Option(help: "Where the JSON array goes.") var out: String
-    @Option(help: "Server logs go here.") var logDir = "../artifacts/bench"
+    @Option(help: "Server logs go here.") var logDir = "artifacts/bench"
     @Option(help: "Fail (exit 1) if a scenario errs, receives nothing, or loses more than this percent.")
     var maxLoss: Double?
 
