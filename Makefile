@@ -7,7 +7,7 @@ export PKG_CONFIG_PATH := $(LIBSRTP_OPENSSL_PREFIX)/lib/pkgconfig$(if $(PKG_CONF
 
 FUZZ_SECONDS ?= 600
 
-.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-loss bench-cluster bench-recovery ci clean
+.PHONY: run test deps build unit interop sanitize fuzz bench-micro bench-quick bench-full bench-smoke bench-capacity bench-loss bench-cluster bench-recovery ci clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -62,6 +62,12 @@ bench-full: deps
 ## 10 s of fan-out 1->10 against Minato only; fails on >5% loss or no packets (CI).
 bench-smoke: deps
 	bash bench/run.sh smoke
+
+## Capacity of one server core, Minato and Janus: rooms of 1 publisher and 99 subscribers added
+## until the pinned core saturates, video then audio (bench/capacity.sh; about 20 minutes; 2 CPUs).
+## Results: bench/results/capacity.{json,md,png}.
+bench-capacity: deps
+	bash bench/capacity.sh
 
 ## Video under random UDP loss (0, 1, 2, 5%, both legs; nftables), an aiortc VP8 pair through
 ## Minato and through Janus in the same run, 15 s per level, each server in its own loopback-only

@@ -14,6 +14,7 @@
 #define UDP_SEGMENT 103
 #endif
 #include <pthread.h>
+#include <linux/filter.h>
 #include <openssl/ec.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -210,4 +211,20 @@ uint64_t minato_last_arrival_ns(int fd) {
                    - ((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
     int64_t arrival = stamp - offset;
     return arrival > 0 ? (uint64_t)arrival : 0;
+}
+
+int minato_drop_incoming_rtp(int fd) {
+    /* On a UDP socket the filter sees the UDP header first: the payload starts at offset 8. */
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 8),             /* 0: A = payload[0] */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 128, 0, 5),   /* 1: < 128 (STUN, DTLS): keep */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 192, 4, 0),   /* 2: >= 192: keep */
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 9),             /* 3: A = payload[1] */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 192, 0, 1),   /* 4: < 192: RTP, drop */
+        BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, 223, 0, 1),   /* 5: 192-223: RTCP, keep */
+        BPF_STMT(BPF_RET | BPF_K, 0),                      /* 6: drop */
+        BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),            /* 7: keep */
+    };
+    struct sock_fprog program = { .len = sizeof code / sizeof code[0], .filter = code };
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program);
 }

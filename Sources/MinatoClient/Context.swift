@@ -59,6 +59,10 @@ public final class Context: Sendable {
         /// With TURN servers in the member's `iceServers`, how long a new connection (or an ICE
         /// restart) waits for its relayed candidates before it offers what it has.
         public var relayGatherTimeout: Duration = .seconds(3)
+        /// Microseconds between the starts of two iterations of the media thread's loop (0: no
+        /// wait). A load generator with hundreds of connections on one thread sets about 1000,
+        /// so each poll of all its sockets reads many packets (each waits up to that long).
+        public var mediaIterationMicros = 0
         public var logger: Logger
 
         public init(url: String = "ws://127.0.0.1:7880/ws", token: String? = nil, srtpProfiles: String? = nil,
@@ -91,7 +95,8 @@ public final class Context: Sendable {
     public static func setup(_ options: Options = Options()) async throws -> Context {
         let runtime = try CryptoRuntime()
         let worker = ClientWorker(runtime: runtime,
-                                  ice: IceConfiguration(localAddresses: options.iceLocalAddresses, portMin: 0, portMax: 0))
+                                  ice: IceConfiguration(localAddresses: options.iceLocalAddresses, portMin: 0, portMax: 0),
+                                  minIterationMicros: options.mediaIterationMicros)
         do {
             let (channel, _) = try await openChannel(options)
             return Context(options: options, runtime: runtime, worker: worker, channel: channel)

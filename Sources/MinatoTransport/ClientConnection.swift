@@ -76,6 +76,19 @@ public final class ClientConnection {
                                          candidates: ice.localCandidates(), fingerprint: core.runtime.fingerprint)
     }
 
+    /// Load generators only (`minato-bench capacity`): from now on the kernel drops RTP arriving
+    /// on the selected pair's socket before this thread sees it, while STUN, DTLS and RTCP still
+    /// arrive. The sender pays for every packet as before; this receiver pays nothing, so one
+    /// generator core can stand for thousands of subscribers. False when there is no selected
+    /// UDP pair yet (or it is TCP or relayed).
+    public func dropIncomingRtpInKernel() -> Bool {
+        guard let ice else { return false }
+        var peer = sockaddr_storage()
+        var length: UInt32 = 0
+        let fd = ice.selectedUdpSocket(peer: &peer, length: &length)
+        return fd >= 0 && minato_drop_incoming_rtp(fd) == 0
+    }
+
     /// Applies the remote side's ICE credentials, candidates and fingerprint; `dtlsRole` is ours.
     public func setRemote(_ remote: RemoteTransportParameters, dtlsRole: DtlsRole) {
         guard let ice, secure.dtlsRole == nil else { return }

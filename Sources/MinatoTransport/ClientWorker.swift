@@ -12,9 +12,12 @@ public final class ClientWorker: Sendable {
 
     /// `ice` gives the local addresses (127.0.0.1 by default) and the port range of the client's
     /// agents (0...0 lets the kernel pick); its `lite` and `tcp` flags are ignored (clients run
-    /// full ICE over UDP).
+    /// full ICE over UDP). `minIterationMicros` > 0 starts main-loop iterations at least that far
+    /// apart: each iteration polls every socket of the thread, so a load generator with hundreds
+    /// of connections on one thread reads many packets per poll instead of one (packets wait
+    /// in the sockets' buffers meanwhile, adding up to that much latency).
     public init(runtime: CryptoRuntime, ice: IceConfiguration = IceConfiguration(portMin: 0, portMax: 0),
-                name: String = "minato-client") {
+                name: String = "minato-client", minIterationMicros: Int = 0) {
         let context = g_main_context_new()!
         let inbox = Inbox(context: context)
         self.inbox = inbox
@@ -24,7 +27,7 @@ public final class ClientWorker: Sendable {
         let box = UncheckedBox((context, runtime, config))
         let thread = Thread {
             let (context, runtime, ice) = box.value
-            ClientWorkerCore(context: context, runtime: runtime, ice: ice).run(inbox: inbox)
+            ClientWorkerCore(context: context, runtime: runtime, ice: ice).run(inbox: inbox, minIterationMicros: minIterationMicros)
         }
         thread.name = name
         thread.start()
@@ -58,15 +61,22 @@ public final class ClientWorkerCore {
         self.ice = ice
     }
 
-    func run(inbox: ClientWorker.Inbox) {
+    func run(inbox: ClientWorker.Inbox, minIterationMicros: Int) {
         g_main_context_push_thread_default(context)
         let tick = every(milliseconds: 20) { [unowned self] in
             for c in self.connections.values { c.tick() }
             return true
         }
+        let interval = UInt64(max(0, minIterationMicros)) * 1000
+        var started = DispatchTime.now().uptimeNanoseconds
         while !stopping {
             g_main_context_iteration(context, 1)
             inbox.runJobs(self)
+            guard interval > 0 else { continue }
+            let now = DispatchTime.now().uptimeNanoseconds
+            let next = started &+ interval
+            if now < next { usleep(UInt32(truncatingIfNeeded: (next - now) / 1000)) }
+            started = max(now, next)
         }
         cancel(tick)
         for c in Array(connections.values) { c.close() }

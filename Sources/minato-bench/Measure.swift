@@ -15,6 +15,22 @@ struct WorkerGroup: Sendable {
     var counters: [StreamCounter] = []
 }
 
+extension WorkerGroup {
+    func forgetting(_ gone: [StreamCounter]) -> WorkerGroup {
+        let ids = Set(gone.map { ObjectIdentifier($0) })
+        var g = self
+        g.counters.removeAll { ids.contains(ObjectIdentifier($0)) }
+        return g
+    }
+}
+
+/// One subscribing member of a load: its counters, and how to make the kernel drop the RTP it
+/// receives (`minato-bench capacity` mutes all but a few subscribers per room).
+struct LoadSubscriber: Sendable {
+    var counters: [StreamCounter]
+    var dropIncomingRtp: @Sendable () async throws -> Bool
+}
+
 /// A scenario set up against one server: its worker groups and how to tear it down.
 struct Rig: Sendable {
     var groups: [WorkerGroup]

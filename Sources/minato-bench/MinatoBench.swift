@@ -9,7 +9,7 @@ struct MinatoBench: AsyncParsableCommand {
         commandName: "minato-bench",
         abstract: "RTP load generator: R rooms x P publishers x S subscribers against Minato or Janus.",
         discussion: "Run it inside a loopback-only network namespace (bench/run.sh does), one server per namespace.",
-        subcommands: [Run.self, Report.self, DataRun.self])
+        subcommands: [Run.self, Report.self, DataRun.self, CapacityRun.self])
 }
 
 struct Run: AsyncParsableCommand {
@@ -185,6 +185,17 @@ func minatoCounter(_ name: String) async -> UInt64? {
         if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return UInt64(v) }
     }
     return nil
+}
+
+/// The sum of every line of Minato's /metrics starting with `prefix` (a counter over its labels).
+func minatoCounterSum(_ prefix: String) async -> UInt64? {
+    guard let (status, data) = try? await httpRequest("http://127.0.0.1:7880/metrics", method: "GET", body: nil),
+          status == 200 else { return nil }
+    var total: UInt64 = 0
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix(prefix) {
+        if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { total &+= UInt64(v) }
+    }
+    return total
 }
 
 func summaryLine(_ r: BenchResult) -> String {

@@ -17,6 +17,9 @@ struct Scenario: Sendable, Codable {
     /// Minato's `rooms.audio.forwardLoudest` for this scenario (0: all; Janus has no such
     /// thing and skips a scenario that sets it).
     var forwardLoudest = 0
+    /// `minato-bench capacity`: the first `probes` subscribers of each room are measured, the
+    /// others run on a quiet client thread and are muted once they received (nil: all measured).
+    var probes: Int? = nil
 
     /// Subscribing members per room.
     var subscribers: Int { allToAll ? members : members - publishers }

@@ -42,6 +42,12 @@ int minato_send_batch(int fd, const struct sockaddr_storage *to, unsigned int to
                       void *const *bufs, const size_t *lens, unsigned int n, int gso,
                       unsigned char *sent);
 
+/// Load generators only: attaches a classic BPF socket filter to UDP socket `fd` that drops
+/// RTP (first byte 128-191 and second byte outside RTCP's 192-223) in the kernel and keeps
+/// everything else (STUN, DTLS, RTCP). The peer still pays for every packet; the reader pays
+/// nothing. Returns 0, or -1 with errno.
+int minato_drop_incoming_rtp(int fd);
+
 /// When the last datagram read from UDP socket `fd` reached the host (SIOCGSTAMPNS, the kernel's
 /// receive timestamp), on CLOCK_MONOTONIC in nanoseconds; 0 when the kernel has none (the first
 /// call only turns timestamping on). One ioctl.
