@@ -71,8 +71,9 @@ def main(prefix, inputs):
         cpu_ax.set_ylabel("%")
         cpu_ax.set_ylim(0, 110)
         lat_ax.axhline(50, color="grey", linestyle="--", linewidth=1)
+        lat_ax.set_yscale("log")
         lat_ax.set_title(f"{kind} rooms: latency p99 (probe subscribers)")
-        lat_ax.set_ylabel("ms")
+        lat_ax.set_ylabel("ms (log scale)")
         lat_ax.set_xlabel("subscriber streams" + (" (video; each also gets audio)" if kind == "video" else " (Opus)"))
         for ax in (cpu_ax, lat_ax):
             ax.legend(fontsize=8)

@@ -212,6 +212,8 @@ struct CapacityRun: AsyncParsableCommand {
                 "MINATO_ROOMS_MAX_MEMBERS_PER_CONNECTION": "10000",
                 "MINATO_ROOMS_MAX_ROOMS_CREATED_PER_CONNECTION": "1000",
                 "MINATO_SERVER_MAX_IN_FLIGHT_REQUESTS": "1024",
+                // Every member has its own WebSocket, all from 127.0.0.1.
+                "MINATO_SERVER_MAX_CONNECTIONS_PER_ADDRESS": "10000",
             ], logPath: log)
             try await p.waitReady(url: "http://127.0.0.1:7880/readyz")
             return p
