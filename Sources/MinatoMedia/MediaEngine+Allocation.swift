@@ -195,15 +195,20 @@ extension MediaEngine {
     }
 
     /// The highest temporal layer of slot `slot` whose rate (with those below it) fits
-    /// `budget`, with the upgrade headroom above consumer `c`'s current target; TID 0 when
-    /// none does; `Int.max` (all) for a stream without temporal layers.
+    /// `budget`, with the upgrade headroom above consumer `c`'s current cut; TID 0 when none
+    /// does; `Int.max` (all) for a stream without temporal layers. A consumer that had the
+    /// whole layer (no cut yet) needs the headroom for every TID: the whole layer just failed
+    /// to fit, and a cut that fits only at the bare rate went on losing behind a policer (the
+    /// rates here are RTP bytes; the policer also counts IP, UDP and SRTP overhead and the
+    /// retransmissions the losses cause).
     func temporalLayerFitting(_ c: Int, slot: Int, budget: Int) -> Int {
         let layers = producers[slot].temporalLayers
         guard layers > 1 else { return Int.max }
+        let current = consumers[c].targetTemporalLayer
         var rate = 0, fit = 0
         for tid in 0..<layers {
             rate &+= producers[slot].temporalBitrates[tid]
-            let need = tid > consumers[c].targetTemporalLayer ? Self.withHeadroom(rate) : rate
+            let need = current == Int.max || tid > current ? Self.withHeadroom(rate) : rate
             guard need <= budget else { break }
             fit = tid
         }

@@ -64,7 +64,7 @@ import MinatoWire
         let pub = try SimulcastTests.Publisher()
         let c = try pub.startedOnTop()
         let enc = Encoder(pub)
-        setTarget(pub, c, 0)
+        Self.setTarget(pub, c, 0)
         let last = try #require(enc.frames(8).flatMap(\.out).last)
         return (pub, c, enc, last)
     }
@@ -193,5 +193,25 @@ import MinatoWire
         for v: UInt16 in [126, 127, 0, 5] { dropped.append(v) }
         #expect(dropped.dropsNewer(than: 125) == 4 && dropped.dropsNewer(than: 127) == 2 && dropped.dropsNewer(than: 3) == 1)
         #expect(dropped.contains(0) && !dropped.contains(1))
+    }
+
+    /// A consumer leaving the whole layer takes the highest TID that fits with the upgrade
+    /// headroom; one already cut keeps its TID at the bare rate (and climbs with the headroom).
+    @Test func aFirstCutLeavesHeadroomAndAnExistingCutKeepsItsLayer() throws {
+        let pub = try SimulcastTests.Publisher()
+        let c = try pub.startedOnTop()
+        let slot = pub.h.engine.currentSlot(Int(c.slot))
+        // TID 0, 0+1, 0+1+2: 20, 45, 75 kbit/s.
+        pub.h.engine.producers[slot].temporalBitrates = SIMD4(20_000, 25_000, 30_000, 0)
+        #expect(pub.h.engine.consumers[Int(c.slot)].targetTemporalLayer == Int.max)
+        // 47 kbit/s holds TID 0+1 at the bare rate but not with the 15% headroom (51.75).
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 0)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 52_000) == 1)
+        Self.setTarget(pub, c, 1)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 1)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 80_000) == 1)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 87_000) == Int.max)
+        Self.setTarget(pub, c, 0)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 0)
     }
 }
