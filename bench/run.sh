@@ -3,7 +3,8 @@
 #   bench/run.sh quick   fan-out 1->10 on both servers, 20 s window     -> bench/results/quick.{json,md,png}
 #   bench/run.sh full    every scenario on both servers, 30 s windows    -> bench/results/full.{json,md,png}
 #                        and data fan-out 1->10 on Minato                -> bench/results/data-fanout.json
-#   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets (CI;
+#   bench/run.sh smoke   fan-out 1->10 on Minato only, 10 s, fails on loss > 5% or no packets, then
+#                        one step of the capacity benchmark (`minato-bench capacity --check`) (CI;
 #                        debug builds of both from `make test`'s .build, so CI builds nothing
 #                        more)                                                  -> artifacts/bench/smoke.json
 # Extra arguments go to `minato-bench run` (e.g. --video-bitrate 4000000 --duration 60).
@@ -52,6 +53,15 @@ for server in $SERVERS; do
         ${CHECK[@]+"${CHECK[@]}"} "$@"
     raws+=("$raw")
 done
+if [ "$MODE" = smoke ]; then
+    # The capacity benchmark's path, one step: a room of 1 publisher and 99 subscribers, 96 of
+    # them muted by a socket filter once every stream arrived; fails if a stream delivers
+    # nothing, a muted subscriber reads a packet, or the probes lose more than 5%.
+    echo "bench: capacity smoke (one room, Minato pinned to CPU 0) in its own loopback-only namespace" >&2
+    unshare -n sh -c 'ip link set lo up; exec "$@"' bench "$BIN/minato-bench" capacity --server minato --kind video \
+        --max-rooms 1 --window 3 --stop-after 1 --check --minato-bin "$SERVER_BIN" --log-dir "$ROOT/artifacts/bench" \
+        --out "$ROOT/artifacts/bench/capacity-smoke.json"
+fi
 "$BIN/minato-bench" report --name "$MODE" --out-dir "$OUTDIR" "${raws[@]}"
 if [ "$MODE" != smoke ]; then
     .venv-interop/bin/python bench/chart.py "$OUTDIR/$MODE.json" "$OUTDIR/$MODE.png"

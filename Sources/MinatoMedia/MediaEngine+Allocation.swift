@@ -8,6 +8,15 @@ extension MediaEngine {
     /// `rate` with the upgrade headroom, in integer arithmetic that cannot overflow.
     @inline(__always)
     static func withHeadroom(_ rate: Int) -> Int { rate > Int.max / 2 ? rate : rate + rate / 20 * 3 }
+    /// Temporal layers need 30%: their rates are per-TID measurements over one rate interval
+    /// that move by ±15% from one to the next (TID 0+1 of a 160-wide layer: 35 to 44 kbit/s
+    /// within seconds), and their small packets carry about 12% more on the wire (IP, UDP,
+    /// the SRTP tag) than the RTP bytes counted here. With 15%, a subscriber behind a
+    /// 48 kbit/s policer went up to TID 1 whenever the loss-based estimate touched 49-51
+    /// kbit/s, lost packets at once and froze for up to a second
+    /// (`test_simulcast_bwe_small_camera_probes_cost_the_policed_subscriber_nothing`).
+    @inline(__always)
+    static func withTemporalHeadroom(_ rate: Int) -> Int { rate > Int.max / 2 ? rate : rate + rate / 10 * 3 }
     /// A probe goes 20% above the rate it is meant to prove: what a probe that fits measures
     /// (`SendSideEstimator` takes the rate delivered, a few percent under the rate sent) must
     /// still clear the upgrade's headroom after the layer's bitrate has moved a little.
@@ -195,12 +204,12 @@ extension MediaEngine {
     }
 
     /// The highest temporal layer of slot `slot` whose rate (with those below it) fits
-    /// `budget`, with the upgrade headroom above consumer `c`'s current cut; TID 0 when none
-    /// does; `Int.max` (all) for a stream without temporal layers. A consumer that had the
-    /// whole layer (no cut yet) needs the headroom for every TID: the whole layer just failed
-    /// to fit, and a cut that fits only at the bare rate went on losing behind a policer (the
-    /// rates here are RTP bytes; the policer also counts IP, UDP and SRTP overhead and the
-    /// retransmissions the losses cause).
+    /// `budget`, with the temporal headroom (`withTemporalHeadroom`) above consumer `c`'s
+    /// current cut; TID 0 when none does; `Int.max` (all) for a stream without temporal
+    /// layers. A consumer that had the whole layer (no cut yet) needs the headroom for every
+    /// TID: the whole layer just failed to fit, and a cut that fits only at the bare rate went
+    /// on losing behind a policer (the rates here are RTP bytes; the policer also counts IP,
+    /// UDP and SRTP overhead and the retransmissions the losses cause).
     func temporalLayerFitting(_ c: Int, slot: Int, budget: Int) -> Int {
         let layers = producers[slot].temporalLayers
         guard layers > 1 else { return Int.max }
@@ -208,7 +217,7 @@ extension MediaEngine {
         var rate = 0, fit = 0
         for tid in 0..<layers {
             rate &+= producers[slot].temporalBitrates[tid]
-            let need = current == Int.max || tid > current ? Self.withHeadroom(rate) : rate
+            let need = current == Int.max || tid > current ? Self.withTemporalHeadroom(rate) : rate
             guard need <= budget else { break }
             fit = tid
         }

@@ -30,6 +30,8 @@ struct CapacityRun: AsyncParsableCommand {
     @Option(help: "The minato executable.") var minatoBin = ".build/release/minato"
     @Option(help: "The script that runs Janus in the foreground.") var janusRun = "scripts/janus-run.sh"
     @Option(help: "Where the JSON array of steps goes.") var out: String
+    @Flag(help: "Exit 1 if a step errs (a stream delivered nothing, a muted subscriber read a packet, a room could not be set up) or loses more than 5% (CI's smoke run).")
+    var check = false
     @Option(help: "Server logs go here.") var logDir = "artifacts/bench"
 
     struct Step: Codable {
@@ -69,52 +71,51 @@ struct CapacityRun: AsyncParsableCommand {
         let shape = LoadShape(videoBitrate: videoBitrate, fps: 30, packetSize: 1200, audioPacketSize: 100)
         let s = try await startCapacityServer()
         runningServer.set(s)
-        var steps: [Step] = []
+        let record = Box<[Step]>([])
+        var climbError: String?
         do {
-            steps = try await climb(scenario, shape, s)
+            try await climb(scenario, shape, s, record: record)
         } catch {
+            // The steps measured so far stay; a step that could not finish is not one.
+            climbError = "\(error)"
             progress("capacity \(server) \(kind): \(error)")
         }
         await s.stop()
+        let steps = record.value
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try encoder.encode(steps).write(to: URL(fileURLWithPath: out))
         let best = steps.filter(\.passed).map(\.streams).max() ?? 0
         progress("capacity \(server) \(kind): \(best) subscriber streams on one core at < 1% loss and p99 < 50 ms")
+        if check {
+            var bad = steps.compactMap { s in s.error ?? (s.lossPercent > 5 ? "loss \(s.lossPercent)%" : nil) }
+            if let climbError { bad.append(climbError) }
+            if steps.isEmpty { bad.append("no step was measured") }
+            if !bad.isEmpty {
+                for b in bad { print("FAILED capacity \(server) \(kind): \(b)") }
+                throw ExitCode(1)
+            }
+        }
     }
 
-    /// Rooms are added until `stopAfter` steps fail in a row; the steps so far are returned
-    /// even when setting up a room fails (that step is recorded with its error).
-    func climb(_ scenario: Scenario, _ shape: LoadShape, _ s: ServerProcess) async throws -> [Step] {
+    /// Rooms are added until `stopAfter` steps fail in a row, each step appended to `record`
+    /// (a room that cannot be set up is recorded as a failed step with its error, and ends the
+    /// run).
+    func climb(_ scenario: Scenario, _ shape: LoadShape, _ s: ServerProcess, record: Box<[Step]>) async throws {
         let capacity = 4096   // latency samples per stream and window (≈ 100 at 1 Mbit/s in 10 s)
-        var addRoom: (Int) async throws -> [LoadSubscriber]
-        var groups: () -> [WorkerGroup]
-        var forget: ([StreamCounter]) -> Void
-        var teardown: () async -> Void
-        if server == "minato" {
-            let load = try await MinatoLoad(url: "ws://127.0.0.1:7880/ws", latencyCapacity: capacity,
-                                            quietIterationMicros: quietIterationUs, recover: false)
-            addRoom = { r in try await load.addRoom(scenario, shape, index: r) }
-            groups = { load.groups }
-            forget = { load.forget($0) }
-            teardown = { await load.teardown() }
-        } else {
-            let load = try await JanusLoad(latencyCapacity: capacity, quietIterationMicros: quietIterationUs)
-            addRoom = { r in try await load.addRoom(scenario, shape, index: r) }
-            groups = { load.groups }
-            forget = { load.forget($0) }
-            teardown = { await load.teardown() }
-        }
-        var steps: [Step] = []
+        let load: any RoomLoad = server == "minato"
+            ? try await MinatoLoad(url: "ws://127.0.0.1:7880/ws", latencyCapacity: capacity,
+                                   quietIterationMicros: quietIterationUs, recover: false)
+            : try await JanusLoad(latencyCapacity: capacity, quietIterationMicros: quietIterationUs)
         var muted: [StreamCounter] = []
         var failuresInARow = 0
         for r in 0..<maxRooms {
             let t0 = Date()
             var setupError: String?
             do {
-                let subscribers = try await addRoom(r)
+                let subscribers = try await load.addRoom(scenario, shape, index: r)
                 // Every stream of the new room must arrive at all its subscribers first...
-                let silent = try await warmUp(Rig(groups: groups(), setupSec: 0, teardown: {}), timeout: 20, settle: 0)
+                let silent = try await warmUp(Rig(groups: load.groups, setupSec: 0, teardown: {}), timeout: 20, settle: 0)
                 if silent > 0 { throw BenchError("\(silent) subscriber streams received nothing within 20 s") }
                 // ...then all but the probes stop reading.
                 var now: [StreamCounter] = []
@@ -122,14 +123,14 @@ struct CapacityRun: AsyncParsableCommand {
                     guard try await sub.dropIncomingRtp() else { throw BenchError("a subscriber has no UDP pair to mute") }
                     now += sub.counters
                 }
-                forget(now)
+                load.forget(now)
                 muted += now
             } catch {
                 setupError = "setting up room \(r + 1): \(error)"
             }
             let setupSec = Date().timeIntervalSince(t0)
             if let setupError {
-                steps.append(Step(server: server, kind: kind, rooms: r + 1, streams: 0, allStreams: 0, outPps: 0, serverCpuPercent: 0,
+                record.value.append(Step(server: server, kind: kind, rooms: r + 1, streams: 0, allStreams: 0, outPps: 0, serverCpuPercent: 0,
                                   serverMicrosPerOutPacket: 0, generatorCpuPercent: 0, lossPercent: 100, latencyP50Ms: 0,
                                   latencyP99Ms: 0, serverRssMB: s.rssMB(), serverDrops: nil, mutedLeaks: 0, setupSec: setupSec,
                                   passed: false, error: setupError))
@@ -137,7 +138,7 @@ struct CapacityRun: AsyncParsableCommand {
                 break
             }
             try await Task.sleep(for: .seconds(2))   // let what was queued before the filters drain
-            let rig = Rig(groups: groups(), setupSec: setupSec, teardown: {})
+            let rig = Rig(groups: load.groups, setupSec: setupSec, teardown: {})
             for c in muted { c.resetWindow() }
             var counter: (@Sendable () async -> UInt64?)?
             var drops: (@Sendable () async -> UInt64?)?
@@ -176,13 +177,12 @@ struct CapacityRun: AsyncParsableCommand {
                 + "\(step.generatorCpuPercent)%, loss \(step.lossPercent)%, p50 \(step.latencyP50Ms) ms p99 "
                 + "\(step.latencyP99Ms) ms, RSS \(step.serverRssMB) MB, server drops \(serverDrops.map(String.init) ?? "-") "
                 + (passed ? "PASS" : "FAIL") + (error.map { " [\($0)]" } ?? ""))
-            steps.append(step)
-            try encodeSteps(steps)
+            record.value.append(step)
+            try encodeSteps(record.value)
             failuresInARow = passed ? 0 : failuresInARow + 1
             if failuresInARow >= stopAfter { break }
         }
-        await teardown()
-        return steps
+        await load.teardown()
     }
 
     func encodeSteps(_ steps: [Step]) throws {

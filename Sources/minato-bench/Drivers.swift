@@ -35,12 +35,32 @@ func counter(for kind: String, latencyCapacity: Int = 1 << 16) -> StreamCounter 
 
 // MARK: Minato, through the Swift client SDK
 
+/// Load against one server built a room at a time (`MinatoLoad`, `JanusLoad`): `run` adds
+/// every room at once, `capacity` one per step.
+protocol RoomLoad: AnyObject, Sendable {
+    /// The worker groups measured (their counters are forgotten as subscribers are muted).
+    var groups: [WorkerGroup] { get set }
+    /// Creates room `r` of `scenario`; returns its subscribers.
+    @discardableResult
+    func addRoom(_ scenario: Scenario, _ shape: LoadShape, index r: Int) async throws -> [LoadSubscriber]
+    func teardown() async
+}
+
+extension RoomLoad {
+    /// Stops measuring these counters (their subscribers go on).
+    func forget(_ counters: [StreamCounter]) { groups = groups.map { $0.forgetting(counters) } }
+
+    func rig(setupSec: Double) -> Rig {
+        Rig(groups: groups, setupSec: setupSec) { await self.teardown() }
+    }
+}
+
 /// Load against Minato built a room at a time (`minato-bench run` adds every room at once,
 /// `minato-bench capacity` one step at a time): two SDK contexts (two client threads), the
 /// members and rooms made so far, and the worker groups measured.
-final class MinatoLoad: @unchecked Sendable {
+final class MinatoLoad: RoomLoad, @unchecked Sendable {
     let contexts: [Context]
-    private(set) var groups: [WorkerGroup]
+    var groups: [WorkerGroup]
     private var members: [LocalSFURoomMember] = []
     private var rooms: [SFURoom] = []
     let latencyCapacity: Int
@@ -119,13 +139,6 @@ final class MinatoLoad: @unchecked Sendable {
         return out
     }
 
-    /// Stops measuring these counters (their subscribers go on).
-    func forget(_ counters: [StreamCounter]) { groups = groups.map { $0.forgetting(counters) } }
-
-    func rig(setupSec: Double) -> Rig {
-        Rig(groups: groups, setupSec: setupSec) { await self.teardown() }
-    }
-
     func teardown() async {
         let all = members
         await withTaskGroup(of: Void.self) { g in
@@ -161,10 +174,10 @@ final class JanusPeers: @unchecked Sendable {
     }
 }
 
-final class JanusLoad: @unchecked Sendable {
+final class JanusLoad: RoomLoad, @unchecked Sendable {
     let peers: JanusPeers
     let api: JanusAPI
-    private(set) var groups: [WorkerGroup]
+    var groups: [WorkerGroup]
     private let connections = Box<[WorkerBoundConnection]>([])
     let latencyCapacity: Int
 
@@ -277,13 +290,6 @@ final class JanusLoad: @unchecked Sendable {
             })
         }
         return out
-    }
-
-    /// Stops measuring these counters (their subscribers go on).
-    func forget(_ counters: [StreamCounter]) { groups = groups.map { $0.forgetting(counters) } }
-
-    func rig(setupSec: Double) -> Rig {
-        Rig(groups: groups, setupSec: setupSec) { await self.teardown() }
     }
 
     func teardown() async {

@@ -195,8 +195,8 @@ import MinatoWire
         #expect(dropped.contains(0) && !dropped.contains(1))
     }
 
-    /// A consumer leaving the whole layer takes the highest TID that fits with the upgrade
-    /// headroom; one already cut keeps its TID at the bare rate (and climbs with the headroom).
+    /// A consumer leaving the whole layer takes the highest TID that fits with the temporal
+    /// headroom (30%); one already cut keeps its TID at the bare rate (and climbs with it).
     @Test func aFirstCutLeavesHeadroomAndAnExistingCutKeepsItsLayer() throws {
         let pub = try SimulcastTests.Publisher()
         let c = try pub.startedOnTop()
@@ -204,14 +204,15 @@ import MinatoWire
         // TID 0, 0+1, 0+1+2: 20, 45, 75 kbit/s.
         pub.h.engine.producers[slot].temporalBitrates = SIMD4(20_000, 25_000, 30_000, 0)
         #expect(pub.h.engine.consumers[Int(c.slot)].targetTemporalLayer == Int.max)
-        // 47 kbit/s holds TID 0+1 at the bare rate but not with the 15% headroom (51.75).
-        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 0)
-        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 52_000) == 1)
+        // 52 kbit/s holds TID 0+1 at the bare rate and with 15%, but not with 30% (58.5).
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 52_000) == 0)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 59_000) == 1)
         Self.setTarget(pub, c, 1)
         #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 1)
-        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 80_000) == 1)
-        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 87_000) == Int.max)
+        // TID 0+1+2 is 75 kbit/s: 97.5 with the headroom.
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 90_000) == 1)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 98_000) == Int.max)
         Self.setTarget(pub, c, 0)
-        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 47_000) == 0)
+        #expect(pub.h.engine.temporalLayerFitting(Int(c.slot), slot: slot, budget: 52_000) == 0)
     }
 }
