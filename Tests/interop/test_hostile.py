@@ -692,7 +692,12 @@ def test_socket_that_never_reads(ctx: Ctx):
             rec["events_sent"] = events
             rec["event_mb_sent"] = round(events * (len(meta) + 256) / 1e6, 1)
             rec["events_s"] = round(time.monotonic() - t0, 2)
-            d = await drain(silent, quiet=3.0)
+            # The server has been sending into a zero window for seconds: its kernel probes the
+            # window with a backoff that doubles (0.2, 0.4 ... 3.2 s, 6.4 s), and reading does
+            # not always send a window update (the freed space is under two segments of
+            # loopback's 64 KB MSS), so the next bytes can take as long as the wait was: here
+            # up to ~6 s. 3 s of quiet read that stall as the end (8 messages, "still open").
+            d = await drain(silent, quiet=8.0)
             rec["silent_drained"] = d.summary()
             assert d.closed and d.close_code == 4008 and (d.close_reason or "").startswith("outgoingQueueFull"), (
                 f"a socket that never read {events} events of 4 KB (server.maxOutgoingBytes={MAX_OUTGOING_BYTES}): "
