@@ -107,7 +107,8 @@ struct CapacityRun: AsyncParsableCommand {
             ? try await MinatoLoad(url: "ws://127.0.0.1:7880/ws", latencyCapacity: capacity,
                                    quietIterationMicros: quietIterationUs, recover: false)
             : try await JanusLoad(latencyCapacity: capacity, quietIterationMicros: quietIterationUs)
-        var muted: [StreamCounter] = []
+        // Counters of the muted subscribers, by client thread (read only there).
+        var muted: [Int: [StreamCounter]] = [:]
         var failuresInARow = 0
         for r in 0..<maxRooms {
             let t0 = Date()
@@ -122,9 +123,9 @@ struct CapacityRun: AsyncParsableCommand {
                 for sub in subscribers.dropFirst(probesPerRoom) {
                     guard try await sub.dropIncomingRtp() else { throw BenchError("a subscriber has no UDP pair to mute") }
                     now += sub.counters
+                    muted[sub.thread, default: []] += sub.counters
                 }
                 load.forget(now)
-                muted += now
             } catch {
                 setupError = "setting up room \(r + 1): \(error)"
             }
@@ -139,7 +140,9 @@ struct CapacityRun: AsyncParsableCommand {
             }
             try await Task.sleep(for: .seconds(2))   // let what was queued before the filters drain
             let rig = Rig(groups: load.groups, setupSec: setupSec, teardown: {})
-            for c in muted { c.resetWindow() }
+            for (thread, counters) in muted {
+                try await load.groups[thread].perform { for c in counters { c.resetWindow() } }
+            }
             var counter: (@Sendable () async -> UInt64?)?
             var drops: (@Sendable () async -> UInt64?)?
             if server == "minato" {
@@ -156,7 +159,12 @@ struct CapacityRun: AsyncParsableCommand {
             probed.rooms = r + 1
             probed.members = 1 + min(probesPerRoom, roomSubscribers)
             let result = makeResult(scenario: probed, server: server, window: w, shape: shape, setupSec: setupSec, srtp: "")
-            let leaks = muted.reduce(UInt64(0)) { $0 + $1.snapshot().packets }
+            var leaks: UInt64 = 0
+            for (thread, counters) in muted {
+                let box = Box<UInt64>(0)
+                try await load.groups[thread].perform { for c in counters { box.value &+= c.snapshot().packets } }
+                leaks &+= box.value
+            }
             let all = (r + 1) * roomSubscribers * scenario.streamsPerPublisher
             let outPps = Double(w.sent) / w.durationSec * Double(roomSubscribers)
             let cpu = result.serverCpuPercent

@@ -134,7 +134,9 @@ final class MinatoLoad: RoomLoad, @unchecked Sendable {
         for (m, counters) in made.sorted(by: { $0.0 < $1.0 }) {
             groups[threadIndex(member: m, scenario)].counters += counters
             let member = roomMembers[m]
-            out.append(LoadSubscriber(counters: counters) { try await member.dropIncomingRtpInKernel() })
+            out.append(LoadSubscriber(thread: threadIndex(member: m, scenario), counters: counters) {
+                try await member.dropIncomingRtpInKernel()
+            })
         }
         return out
     }
@@ -285,7 +287,7 @@ final class JanusLoad: RoomLoad, @unchecked Sendable {
             _ = try await api.message(handle: handle, body: ["request": "start"], jsep: ["type": "answer", "sdp": .string(answer)])
             try await api.waitUp(handle)
             groups[threadIndex(member: m, scenario)].counters += counters
-            out.append(LoadSubscriber(counters: counters) {
+            out.append(LoadSubscriber(thread: thread, counters: counters) {
                 try await worker.perform { _ in connection.value.dropIncomingRtpInKernel() }
             })
         }

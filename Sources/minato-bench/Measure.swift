@@ -27,6 +27,8 @@ extension WorkerGroup {
 /// One subscribing member of a load: its counters, and how to make the kernel drop the RTP it
 /// receives (`minato-bench capacity` mutes all but a few subscribers per room).
 struct LoadSubscriber: Sendable {
+    /// The client thread (worker group) the subscriber runs on: its counters are read there.
+    var thread: Int
     var counters: [StreamCounter]
     var dropIncomingRtp: @Sendable () async throws -> Bool
 }
