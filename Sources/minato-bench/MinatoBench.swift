@@ -178,22 +178,25 @@ func progress(_ line: String) {
 
 /// A counter from Minato's /metrics (`name` with its labels as the line starts), nil when absent.
 func minatoCounter(_ name: String) async -> UInt64? {
-    guard let (status, data) = try? await httpRequest("http://127.0.0.1:7880/metrics", method: "GET", body: nil),
-          status == 200 else { return nil }
-    for line in String(decoding: data, as: UTF8.self).split(separator: "\n")
-    where line.hasPrefix(name + " ") {
-        if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { return UInt64(v) }
-    }
-    return nil
+    await minatoMetricSum(absentIsZero: false) { $0 == name }
 }
 
-/// The sum of every line of Minato's /metrics starting with `prefix` (a counter over its labels).
+/// The sum of every line of Minato's /metrics starting with `prefix` (a counter over its labels;
+/// 0 while none of its series exists yet).
 func minatoCounterSum(_ prefix: String) async -> UInt64? {
+    await minatoMetricSum(absentIsZero: true) { $0.hasPrefix(prefix) }
+}
+
+/// Sums the values of the /metrics lines whose series (name and labels) `matches`; nil when
+/// /metrics did not answer, and when no line matched unless `absentIsZero`.
+func minatoMetricSum(absentIsZero: Bool, _ matches: (Substring) -> Bool) async -> UInt64? {
     guard let (status, data) = try? await httpRequest("http://127.0.0.1:7880/metrics", method: "GET", body: nil),
           status == 200 else { return nil }
-    var total: UInt64 = 0
-    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix(prefix) {
-        if let v = line.split(separator: " ").last.flatMap({ Double($0) }) { total &+= UInt64(v) }
+    var total: UInt64? = absentIsZero ? 0 : nil
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+        let parts = line.split(separator: " ")
+        guard parts.count == 2, matches(parts[0]), let v = Double(parts[1]), v >= 0, v < 1.8e19 else { continue }
+        total = (total ?? 0) &+ UInt64(v)
     }
     return total
 }
