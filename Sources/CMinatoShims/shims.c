@@ -19,6 +19,9 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <srtp2/srtp.h>
+#include <sys/epoll.h>
+#include <stun/stunagent.h>
+#include <stun/usages/ice.h>
 
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling, gboolean tcp) {
     NiceAgentOption opts = NICE_AGENT_OPTION_ICE_TRICKLE;
@@ -227,4 +230,146 @@ int minato_drop_incoming_rtp(int fd) {
     };
     struct sock_fprog program = { .len = sizeof code / sizeof code[0], .filter = code };
     return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program);
+}
+
+/* ---- Direct receive ---- */
+
+int minato_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int minato_epoll_add(int epfd, int fd, uint64_t key) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.u64 = key;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int minato_epoll_remove(int epfd, int fd) {
+    struct epoll_event ev;   /* ignored, but kernels before 2.6.9 wanted one */
+    memset(&ev, 0, sizeof ev);
+    return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &ev);
+}
+
+int minato_epoll_ready(int epfd, uint64_t *keys, int max) {
+    struct epoll_event events[256];
+    if (max > 256) max = 256;
+    if (max <= 0) return 0;
+    int n;
+    do { n = epoll_wait(epfd, events, max, 0); } while (n < 0 && errno == EINTR);
+    if (n <= 0) return 0;
+    for (int i = 0; i < n; i++) keys[i] = events[i].data.u64;
+    return n;
+}
+
+int minato_rx_timestamps(int fd, int on) {
+    int value = on ? 1 : 0;
+    return setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &value, sizeof value);
+}
+
+int minato_recv_batch(int fd, void *const *bufs, size_t capacity, size_t *lens,
+                      struct sockaddr_storage *from, uint64_t *arrival, unsigned int n) {
+    struct mmsghdr msgs[64];
+    struct iovec iov[64];
+    union { char buf[CMSG_SPACE(sizeof(struct timespec))]; struct cmsghdr align; } control[64];
+    if (n > 64) n = 64;
+    if (n == 0) return 0;
+    for (unsigned int i = 0; i < n; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = capacity;
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_name = &from[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_control = control[i].buf;
+        msgs[i].msg_hdr.msg_controllen = sizeof control[i].buf;
+    }
+    int r;
+    do { r = recvmmsg(fd, msgs, n, MSG_DONTWAIT, NULL); } while (r < 0 && errno == EINTR);
+    if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    /* The kernel's stamps are CLOCK_REALTIME: one offset to CLOCK_MONOTONIC for the batch. */
+    struct timespec real, mono;
+    clock_gettime(CLOCK_REALTIME, &real);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    int64_t offset = ((int64_t)real.tv_sec * 1000000000 + real.tv_nsec)
+                   - ((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
+    for (int i = 0; i < r; i++) {
+        lens[i] = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? 0 : msgs[i].msg_len;
+        arrival[i] = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c != NULL; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec ts;
+                memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                int64_t stamp = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec - offset;
+                arrival[i] = stamp > 0 ? (uint64_t)stamp : 0;
+            }
+        }
+    }
+    return r;
+}
+
+int minato_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return 0;
+}
+
+int minato_send_to(int fd, const void *buf, size_t len, const struct sockaddr_storage *to) {
+    socklen_t to_len = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    ssize_t r;
+    do { r = sendto(fd, buf, len, MSG_DONTWAIT, (const struct sockaddr *)to, to_len); } while (r < 0 && errno == EINTR);
+    return r == (ssize_t)len;
+}
+
+struct minato_stun_credentials { const char *ufrag; size_t ufrag_length; const char *pwd; };
+
+/* Short-term credentials (RFC 8445 7.2.2): USERNAME is "<our ufrag>:<their ufrag>" and the key is
+ * our password. */
+static bool minato_stun_credentials(StunAgent *agent, StunMessage *message, uint8_t *username,
+                                    uint16_t username_length, uint8_t **password, size_t *password_length,
+                                    void *data) {
+    (void)agent; (void)message;
+    const struct minato_stun_credentials *c = data;
+    if (username_length <= c->ufrag_length || memcmp(username, c->ufrag, c->ufrag_length) != 0
+        || username[c->ufrag_length] != ':')
+        return false;
+    *password = (uint8_t *)c->pwd;
+    *password_length = strlen(c->pwd);
+    return true;
+}
+
+int minato_stun_answer(const uint8_t *request, size_t length, const struct sockaddr_storage *from,
+                       const char *ufrag, const char *pwd, uint8_t *out, size_t capacity,
+                       int *use_candidate) {
+    *use_candidate = 0;
+    if (length < 20 || length > 1500) return -1;
+    StunAgent agent;
+    stun_agent_init(&agent, STUN_ALL_KNOWN_ATTRIBUTES, STUN_COMPATIBILITY_RFC5389,
+                    STUN_AGENT_USAGE_SHORT_TERM_CREDENTIALS | STUN_AGENT_USAGE_USE_FINGERPRINT
+                        | STUN_AGENT_USAGE_NO_INDICATION_AUTH);
+    struct minato_stun_credentials credentials = { ufrag, strlen(ufrag), pwd };
+    StunMessage message;
+    StunValidationStatus status = stun_agent_validate(&agent, &message, request, length,
+                                                      minato_stun_credentials, &credentials);
+    if (status == STUN_VALIDATION_UNMATCHED_RESPONSE) return 0;   /* a response we did not ask for */
+    if (status != STUN_VALIDATION_SUCCESS) return -1;
+    if (stun_message_get_class(&message) != STUN_REQUEST) return 0;
+    if (stun_message_get_method(&message) != STUN_BINDING) return -1;
+    StunMessage reply;
+    size_t reply_length = capacity;
+    bool controlling = false;   /* an ICE-lite server is always the controlled agent */
+    socklen_t from_length = from->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    StunUsageIceReturn r = stun_usage_ice_conncheck_create_reply(&agent, &message, &reply, out, &reply_length,
+                                                                 from, from_length, &controlling, 0,
+                                                                 STUN_USAGE_ICE_COMPATIBILITY_RFC5245);
+    if ((r != STUN_USAGE_ICE_RETURN_SUCCESS && r != STUN_USAGE_ICE_RETURN_ROLE_CONFLICT) || reply_length == 0) return -1;
+    *use_candidate = stun_usage_ice_conncheck_use_candidate(&message) ? 1 : 0;
+    return (int)reply_length;
 }

@@ -49,7 +49,8 @@ public enum DropReason: Int, CaseIterable, Sendable {
     // Receive side.
     /// Shorter than an RTP header, or a header that does not parse.
     case malformedRtp
-    /// Larger than an outbox slot can hold (`MediaEngine.maxPacketLength` clear bytes).
+    /// Larger than an outbox slot can hold (`MediaEngine.maxPacketLength` clear bytes), or a
+    /// datagram larger than the worker's direct receive buffers (2048 bytes).
     case oversize
     case malformedRtcp
     /// A transport-wide feedback packet that does not validate (`TransportFeedback.init?`), or
@@ -90,7 +91,9 @@ public enum DropReason: Int, CaseIterable, Sendable {
     case noSrtpSession
     /// `srtp_unprotect` rejected it (authentication, replay, or a malformed SRTP packet).
     case srtpUnprotectFailed
-    /// Neither RTP, RTCP nor DTLS (RFC 7983 first byte), or STUN libnice did not consume.
+    /// Neither RTP, RTCP nor DTLS (RFC 7983 first byte), STUN libnice did not consume, or STUN
+    /// read by the worker itself that did not validate or came from an address other than the
+    /// pair's peer (libnice answers the peer's retransmission).
     case unknownPacket
     /// On a plain RTP transport: a datagram from another address than its remote's, or RTP on
     /// an egress one, or neither RTP nor RTCP.

@@ -7,7 +7,7 @@ struct WorkerTotals {
     var received: UInt64 = 0, bytesReceived: UInt64 = 0, forwarded: UInt64 = 0, bytesForwarded: UInt64 = 0
     var rtcpReceived: UInt64 = 0, rtcpSent: UInt64 = 0, nacksReceived: UInt64 = 0, keyFrameRequests: UInt64 = 0
     var timerWakeups: UInt64 = 0
-    var transports = 0
+    var transports = 0, directTransports = 0, directHandBacks: UInt64 = 0, consentChecks: UInt64 = 0
     var drops: [String: UInt64] = [:]
     var nacksSent: UInt64 = 0, retransmitted: UInt64 = 0, recovered: UInt64 = 0, rtxRecovered: UInt64 = 0
     var lookups: [String: UInt64] = [:]
@@ -26,6 +26,8 @@ struct WorkerTotals {
         nacksReceived &+= c.nacksReceived; keyFrameRequests &+= c.keyFrameRequestsSent
         timerWakeups &+= c.timerWakeups
         transports += c.transports
+        directTransports += c.directTransports
+        directHandBacks &+= c.directHandBacks; consentChecks &+= c.consentChecksAnswered
         for (k, v) in c.drops { drops[k, default: 0] &+= v }
         nacksSent &+= c.nacksSent; retransmitted &+= c.packetsRetransmitted
         recovered &+= c.packetsRecovered; rtxRecovered &+= c.rtxRecovered
@@ -42,7 +44,7 @@ final class PacketMetrics: Sendable {
     let keyFrameRequests, timerWakeups: Counter
     let nacksSent, retransmitted, recovered, rtxRecovered: Counter
     let transportFeedback, probes, padding: Counter
-    let transports, rooms, members, publications, subscriptions: Gauge
+    let transports, directTransports, rooms, members, publications, subscriptions: Gauge
     let registry: PrometheusCollectorRegistry
     private let last = Mutex<WorkerTotals>(WorkerTotals())
 
@@ -73,6 +75,8 @@ final class PacketMetrics: Sendable {
                                       help: "Bandwidth probes started toward subscribers (to find room for a higher simulcast layer).")
         padding = registry.makeCounter(name: "minato_probe_padding_packets_total", help: "Padding-only RTX packets sent for bandwidth probes.")
         transports = registry.makeGauge(name: "minato_transports", help: "WebRTC transports open.")
+        directTransports = registry.makeGauge(name: "minato_transports_direct",
+                                              help: "WebRTC transports whose UDP socket the media worker reads itself (one epoll set, recvmmsg) rather than through libnice.")
         rooms = registry.makeGauge(name: "minato_rooms", help: "Rooms open.")
         members = registry.makeGauge(name: "minato_members", help: "Members joined.")
         publications = registry.makeGauge(name: "minato_publications", help: "Publications.")
@@ -98,6 +102,12 @@ final class PacketMetrics: Sendable {
             grow(transportFeedback, now.transportFeedback, last.transportFeedback)
             grow(probes, now.probes, last.probes)
             grow(padding, now.padding, last.padding)
+            grow(registry.makeCounter(name: "minato_direct_receive_handbacks_total",
+                                      help: "Direct-read sockets handed back to libnice because a datagram came from an address other than the selected pair's peer."),
+                 now.directHandBacks, last.directHandBacks)
+            grow(registry.makeCounter(name: "minato_ice_consent_checks_answered_total",
+                                      help: "ICE checks (consent freshness) answered by the media worker on direct-read sockets, without libnice."),
+                 now.consentChecks, last.consentChecks)
             for (result, n) in now.lookups {
                 let c = registry.makeCounter(name: "minato_retransmission_store_lookups_total", labels: [("result", result)],
                                              help: "Subscriber NACKs looked up in the retransmission store: hit, miss (not held, too old, or never sent to that subscriber), throttled (resent less than an RTT ago; a hit not resent).")
@@ -128,6 +138,7 @@ final class PacketMetrics: Sendable {
             last = now
         }
         transports.set(Int64(now.transports))
+        directTransports.set(Int64(now.directTransports))
         rooms.set(Int64(counts.rooms))
         members.set(Int64(counts.members))
         publications.set(Int64(counts.publications))

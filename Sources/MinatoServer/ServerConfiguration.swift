@@ -336,6 +336,7 @@ struct ConfigKey: Sendable {
         .int("media.ice.portMax", 1024...65535, { Int($0.ice.portMax) }) { $0.ice.portMax = UInt32($1) },
         .bool("media.ice.lite", { $0.ice.lite }) { $0.ice.lite = $1 },
         .bool("media.ice.tcp", { $0.ice.tcp }) { $0.ice.tcp = $1 },
+        .bool("media.ice.directReceive", { $0.ice.directReceive }) { $0.ice.directReceive = $1 },
         .int("media.transportTimeoutSec", 0...3600, { $0.transportTimeoutSec }) { $0.transportTimeoutSec = $1 },
         .int("media.consentTimeoutSec", 0...3600, { $0.consentTimeoutSec }) { $0.consentTimeoutSec = $1 },
         .int("media.connectTimeoutSec", 1...600, { $0.connectTimeoutSec }) { $0.connectTimeoutSec = $1 },

@@ -17,9 +17,14 @@ public struct IceConfiguration: Sendable {
     /// ICE-TCP (RFC 6544, framed per RFC 4571): passive TCP host candidates on the same
     /// addresses and port range, beside the UDP ones. Browsers pair them only when UDP fails.
     public var tcp: Bool
+    /// A server worker reads the sockets of established transports itself (`DirectReceiver`:
+    /// one epoll set, `recvmmsg`, consent checks answered without libnice) instead of through
+    /// GLib's per-socket sources.
+    public var directReceive: Bool
     public init(localAddresses: [String] = ["127.0.0.1"], portMin: UInt32 = 40000, portMax: UInt32 = 40999, lite: Bool = true,
-                tcp: Bool = true) {
+                tcp: Bool = true, directReceive: Bool = true) {
         self.localAddresses = localAddresses; self.portMin = portMin; self.portMax = portMax; self.lite = lite; self.tcp = tcp
+        self.directReceive = directReceive
     }
 }
 
@@ -127,6 +132,13 @@ final class IceAgent {
         nice_agent_attach_recv(agent, streamId, 1, context, nil, nil)
         nice_agent_remove_stream(agent, streamId)
         g_object_unref(UnsafeMutableRawPointer(agent))
+    }
+
+    /// Moves the agent's sockets (their GLib sources) to `context`, still delivering to
+    /// `receive` with `owner`: a context that is never iterated parks them (no polling, no
+    /// reads; `DirectReceiver`), the worker's own context takes them back.
+    func attachReceive(context: OpaquePointer, owner: UnsafeMutableRawPointer, receive: NiceAgentRecvFunc = iceReceive) {
+        nice_agent_attach_recv(agent, streamId, 1, context, receive, owner)
     }
 
     /// Our candidates as SDP attribute values ("candidate:…" without "a="). Of the TCP ones only

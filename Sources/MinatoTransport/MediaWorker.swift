@@ -124,6 +124,9 @@ public final class WorkerCore {
     /// Data channels (WorkerCore+Data.swift) and when usrsctp's timers next run (.max: never).
     let data: DataRouter
     var dataTickAt: Nanoseconds = .max
+    /// Reads established transports' sockets outside GLib (nil: `media.ice.directReceive` off,
+    /// or no epoll set).
+    let direct: DirectReceiver?
     /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
     /// Plain RTP egress transports (WorkerCore+Plain.swift), by id and by engine slot.
@@ -157,6 +160,7 @@ public final class WorkerCore {
         self.context = context
         self.runtime = runtime
         self.ice = ice
+        self.direct = ice.directReceive ? DirectReceiver() : nil
         self.eventSink = events
         self.timeouts = TransportTimeouts(connect: connectTimeout, media: transportTimeout, consent: consentTimeout)
         self.logger = logger
@@ -166,6 +170,11 @@ public final class WorkerCore {
         thread = pthread_self()
         g_main_context_push_thread_default(context)
         startTimer()
+        direct?.start(context: context, ready: { data in
+            guard let data else { return 1 }
+            Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().readDirect()
+            return 1
+        }, owner: Unmanaged.passUnretained(self).toOpaque())
         while !stopping {
             g_main_context_iteration(context, 1)
             endOfIteration(inbox)
@@ -175,6 +184,7 @@ public final class WorkerCore {
         for p in plainTransports.values { p.close() }
         plainTransports.removeAll()
         stopTimer()
+        direct?.stop()
         g_main_context_pop_thread_default(context)
         eventSink.finish()
     }
@@ -210,7 +220,7 @@ public final class WorkerCore {
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
         do {
             let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: timeouts)
-            let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure)
+            let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure, direct: direct)
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description
@@ -301,6 +311,8 @@ public final class WorkerCore {
             rtcpPacketsReceived: engine.rtcpPacketsReceived, rtcpPacketsSent: rtcpPacketsSent,
             nacksReceived: engine.nacksReceived, keyFrameRequestsSent: engine.keyFrameRequestsSent,
             timerWakeups: timerWakeups, drops: named, transports: transports.count,
+            directTransports: direct?.count ?? 0, directHandBacks: direct?.handedBack ?? 0,
+            consentChecksAnswered: direct?.checksAnswered ?? 0,
             nacksSent: engine.nacksSent, packetsRetransmitted: engine.packetsRetransmitted,
             retransmissionLookups: ["hit": engine.retransmissionHits, "miss": engine.retransmissionMisses,
                                     "throttled": engine.retransmissionsThrottled],
@@ -316,15 +328,22 @@ public final class WorkerCore {
 
     // MARK: Packet path
 
-    /// A datagram from libnice for `t` (through `iceReceive`): the transport decrypts it, the
-    /// worker routes it into the engine or counts the drop. No Swift allocation; Debian's
-    /// libsrtp2 (on NSS) mallocs inside `srtp_unprotect` (bench/malloc-allowances.txt).
+    /// A datagram for `t`, from libnice (through `iceReceive`) or read directly (`readDirect`,
+    /// with the kernel's receive time `kernelArrival`, 0 when unknown): the transport decrypts
+    /// it, the worker routes it into the engine or counts the drop. No Swift allocation.
     @inline(__always)
-    func received(_ datagram: UnsafeMutableRawBufferPointer, on t: WebRtcTransport) {
+    func received(_ datagram: UnsafeMutableRawBufferPointer, on t: WebRtcTransport, kernelArrival: Nanoseconds? = nil) {
         let now = monotonicNow()
         switch t.received(datagram, now: now, engine: engine) {
         case .rtp(let packet):
-            let arrival = engine.recordsArrivals(on: t.index) ? t.kernelArrival(now: now) : 0
+            var arrival: Nanoseconds = 0
+            if engine.recordsArrivals(on: t.index) {
+                if let kernelArrival {
+                    arrival = WebRtcTransport.plausibleArrival(kernelArrival, now: now)
+                } else {
+                    arrival = t.kernelArrival(now: now)
+                }
+            }
             engine.handleRtp(from: t.index, packet: packet, now: now, arrival: arrival)
             flushIfFull()
         case .rtcp(let packet):
@@ -451,7 +470,63 @@ public final class WorkerCore {
             logger.info("ICE restart completed", metadata: ["transport": "\(t.id)", "restarts": "\(t.iceRestarts)"])
             eventSink.yield(.iceRestarted(t.id))
         }
+        if transports[t.id] === t { t.refreshDirect() }
         transportDeadlinesStale = true
+    }
+
+    // MARK: Direct receive
+
+    /// The direct receiver's epoll set has input (its GLib source fired): reads each ready
+    /// socket, at most `DirectReceiver.batchesPerSocket` batches (a socket with more stays ready
+    /// for the next iteration), and handles every datagram as libnice's callback would.
+    func readDirect() {
+        guard let direct else { return }
+        let ready = direct.ready()
+        for i in 0..<ready {
+            let key = direct.readyKeys[i]
+            let slot = Int(truncatingIfNeeded: key & 0xffff_ffff)
+            // A key read after its transport closed (or its slot was reused) finds nothing.
+            guard slot < byIndex.count, let t = byIndex[slot], DirectReceiver.key(t.index) == key else { continue }
+            readDirect(t, direct)
+        }
+    }
+
+    private func readDirect(_ t: WebRtcTransport, _ direct: DirectReceiver) {
+        for _ in 0..<DirectReceiver.batchesPerSocket {
+            let fd = t.directFd
+            guard fd >= 0 else { return }
+            let n = direct.read(fd: fd)
+            for j in 0..<n {
+                // What the previous datagram did may have closed the transport.
+                guard t.secure.state != .closed else { drops[DropReason.transportClosed.rawValue] &+= UInt64(n - j); return }
+                directDatagram(j, on: t, direct)
+            }
+            guard n == DirectReceiver.batch else { return }
+        }
+    }
+
+    /// Datagram `j` of the batch just read for `t`. STUN from the pair's peer is answered here;
+    /// anything from another address means ICE has a decision to make (the peer moved, or checks
+    /// another pair): the socket goes back to libnice, which sees the peer's next retransmission
+    /// (this STUN datagram is dropped, counted as `unknownPacket`); media from there is still
+    /// handled.
+    @inline(__always)
+    private func directDatagram(_ j: Int, on t: WebRtcTransport, _ direct: DirectReceiver) {
+        let length = direct.lengths[j]
+        guard length > 0, let base = direct.buffers[j] else { drops[DropReason.oversize.rawValue] &+= 1; return }
+        let from = direct.sources + j
+        let fromPeer = withUnsafePointer(to: t.directPeer) { minato_same_address(from, $0) != 0 }
+        if !fromPeer { t.leaveDirect(handBack: true) }
+        if base.load(as: UInt8.self) < 4 {   // STUN (RFC 7983)
+            if fromPeer, t.answerCheck(UnsafeRawBufferPointer(start: base, count: length), from: from, reply: direct.reply,
+                                       capacity: DirectReceiver.replyCapacity, now: monotonicNow()) {
+                direct.checksAnswered &+= 1
+            } else {
+                drops[DropReason.unknownPacket.rawValue] &+= 1
+            }
+            return
+        }
+        received(UnsafeMutableRawBufferPointer(start: base, count: length), on: t, kernelArrival: direct.arrivals[j])
     }
 
     private func apply(_ update: TransportUpdate, to t: WebRtcTransport) {
@@ -465,6 +540,7 @@ public final class WorkerCore {
             engine.restartConsumers(on: t.index, now: monotonicNow())
             flush()
             dataConnected(t)
+            t.refreshDirect()
             eventSink.yield(.transportConnected(t.id, after: duration(after)))
         case .failed(let reason):
             guard transports[t.id] === t else { return }

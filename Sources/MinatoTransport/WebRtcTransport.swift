@@ -67,12 +67,22 @@ final class WebRtcTransport {
     private var sender = DatagramSender()
     /// ICE restarts completed (the new agent took over).
     private(set) var iceRestarts = 0
+    /// The worker's reader of established sockets (nil: every datagram comes through libnice).
+    private let direct: DirectReceiver?
+    /// While the worker reads the selected pair's socket itself (`refreshDirect`): that socket,
+    /// the peer's address on the pair, and our ICE credentials (NUL-terminated) to answer the
+    /// peer's consent checks with. -1 otherwise.
+    private(set) var directFd: Int32 = -1
+    private(set) var directPeer = sockaddr_storage()
+    private var directUfrag = ContiguousArray<CChar>()
+    private var directPwd = ContiguousArray<CChar>()
 
-    init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport) {
+    init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil) {
         self.id = id
         self.index = index
         self.worker = worker
         self.secure = secure
+        self.direct = direct
     }
 
     var srtp: SrtpSession? { secure.srtp }
@@ -132,6 +142,7 @@ final class WebRtcTransport {
     }
 
     func close(context: OpaquePointer) {
+        leaveDirect(handBack: false)
         secure.close()
         _ = sendingHandshake(.none)   // close_notify, while the agent still exists
         ice?.close(context: context)
@@ -148,6 +159,7 @@ final class WebRtcTransport {
             // The restart's agent: once it has a pair it takes over and the old one goes. Until
             // then its failures change nothing (the client may restart again).
             guard progress == .connected, let context else { return .none }
+            leaveDirect(handBack: false)
             ice?.close(context: context)
             ice = fresh
             restartingIce = nil
@@ -190,9 +202,7 @@ final class WebRtcTransport {
     func kernelArrival(now: Nanoseconds) -> Nanoseconds {
         if !sender.isResolved, let ice { sender.resolve(ice) }
         guard sender.fd >= 0 else { return 0 }
-        let arrival = minato_last_arrival_ns(sender.fd)
-        guard arrival != 0, arrival <= now, now &- arrival <= 1_000_000_000 else { return 0 }
-        return arrival
+        return Self.plausibleArrival(minato_last_arrival_ns(sender.fd), now: now)
     }
 
     func deadline(now: Nanoseconds) -> Nanoseconds { secure.deadline(now: now) }
@@ -287,6 +297,78 @@ final class WebRtcTransport {
     func selectedPairChanged() {
         sender.reset()
         resendHeldHandshake()
+        refreshDirect()
+    }
+
+    // MARK: Direct receive (DirectReceiver)
+
+    /// Hands the selected pair's socket to the worker's `DirectReceiver` while this transport is
+    /// connected (ICE, DTLS, SRTP) on a plain UDP pair with no ICE restart under way, and back
+    /// to libnice when that no longer holds or the pair changed. Call after anything that can
+    /// change it (the worker does after ICE and DTLS changes; a new selected pair does here).
+    func refreshDirect() {
+        guard let direct, context != nil else { return }
+        let eligible = secure.state == .connected && restartingIce == nil && ice != nil
+        if directFd >= 0 {
+            if !sender.isResolved, let ice { sender.resolve(ice) }
+            let samePair = eligible && sender.fd == directFd && withUnsafePointer(to: sender.peer) { a in
+                withUnsafePointer(to: directPeer) { b in minato_same_address(a, b) != 0 }
+            }
+            if samePair { return }
+            leaveDirect(handBack: false)
+        }
+        guard eligible, let ice else { return }
+        if !sender.isResolved { sender.resolve(ice) }
+        // A pair whose peer address is the socket's connected one (peerLength 0) is not libnice's.
+        guard sender.fd >= 0, sender.peerLength > 0 else { return }
+        guard direct.add(fd: sender.fd, key: DirectReceiver.key(index)) else { return }
+        ice.attachReceive(context: direct.parking, owner: Unmanaged.passUnretained(self).toOpaque())
+        directFd = sender.fd
+        directPeer = sender.peer
+        directUfrag = ContiguousArray(ice.localUfrag.utf8CString)
+        directPwd = ContiguousArray(ice.localPwd.utf8CString)
+    }
+
+    /// Gives the socket back to libnice (`handBack`: because a datagram came that ICE must
+    /// decide on; counted).
+    func leaveDirect(handBack: Bool) {
+        guard let direct, directFd >= 0 else { return }
+        direct.remove(fd: directFd, handBack: handBack)
+        directFd = -1
+        if let ice, let context { ice.attachReceive(context: context, owner: Unmanaged.passUnretained(self).toOpaque()) }
+    }
+
+    /// A STUN datagram the worker read from the direct socket, from the pair's peer: answers an
+    /// ICE check (the browser's consent checks, RFC 7675) with our credentials, as libnice would.
+    /// Returns whether it was valid STUN (an authentic check was answered and the peer heard at
+    /// `now`); an invalid one is dropped by the caller. `reply`: `capacity` bytes of scratch for the response.
+    func answerCheck(_ datagram: UnsafeRawBufferPointer, from: UnsafePointer<sockaddr_storage>,
+                     reply: UnsafeMutablePointer<UInt8>, capacity: Int, now: Nanoseconds) -> Bool {
+        guard directFd >= 0 else { return false }
+        let outcome = directUfrag.withUnsafeBufferPointer { ufrag in
+            directPwd.withUnsafeBufferPointer { pwd -> IceCheckResponder.Outcome in
+                guard let ufrag = ufrag.baseAddress, let pwd = pwd.baseAddress else { return .invalid }
+                return IceCheckResponder.answer(datagram, from: from, ufrag: ufrag, pwd: pwd, into: reply, capacity: capacity)
+            }
+        }
+        switch outcome {
+        case .invalid:
+            return false
+        case .ignore:
+            break   // unauthenticated (an indication, a stray response): not proof the peer is there
+        case .answer(let length, _):
+            // A nomination from the pair's own peer changes nothing: this pair is the selected one.
+            secure.heard(at: now)
+            _ = minato_send_to(directFd, reply, length, from)
+        }
+        return true
+    }
+
+    /// A kernel receive time read with the datagram (`DirectReceiver`), if plausible (not after
+    /// `now`, at most 1 s before), else 0 (as `kernelArrival`).
+    @inline(__always)
+    static func plausibleArrival(_ arrival: Nanoseconds, now: Nanoseconds) -> Nanoseconds {
+        arrival != 0 && arrival <= now && now &- arrival <= 1_000_000_000 ? arrival : 0
     }
 
     /// Connects this transport without libnice or DTLS: SRTP keyed directly and a UDP socket to
@@ -310,8 +392,8 @@ private func transportSelectedPairChanged(_ agent: OpaquePointer?, _ stream: gui
 struct DatagramSender {
     /// -2: not resolved yet; -1: send through the agent (no pair, TCP or relay); else the fd.
     private(set) var fd: Int32 = -2
-    private var peer = sockaddr_storage()
-    private var peerLength: UInt32 = 0
+    private(set) var peer = sockaddr_storage()
+    private(set) var peerLength: UInt32 = 0
 
     init() {}
 

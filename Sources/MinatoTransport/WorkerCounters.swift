@@ -16,6 +16,12 @@ public struct WorkerCounters: Sendable {
     /// Every `DropReason` by its `name`, zeros included.
     public var drops: [String: UInt64]
     public var transports: Int
+    /// Transports whose socket the worker reads itself (`DirectReceiver`) now; sockets handed
+    /// back to libnice because a datagram came from another address; ICE consent checks the
+    /// worker answered without libnice.
+    public var directTransports = 0
+    public var directHandBacks: UInt64 = 0
+    public var consentChecksAnswered: UInt64 = 0
     /// Loss recovery (MediaEngine): NACKs sent to publishers, packets resent to subscribers,
     /// retransmission store lookups by result ("hit", "miss", "throttled"), missing packets
     /// that arrived later (and of those, by publisher RTX), keyframe requests by `KeyFrameCause.name`.

@@ -284,6 +284,21 @@ def test_whip_patch_restarts_ice(server, pages, capsys):
         f"viewer's longest time without a decoded frame {watch.gap[0] * 1000:.0f} ms")
     assert watch.gap[0] < 2.0, f"the viewer stalled across the WHIP restart: {watch.gap}"
 
+# The receive connection's selected pair as Chromium counts it: ICE checks it sent (consent
+# checks once connected) and the responses that passed its MESSAGE-INTEGRITY check.
+PAIR_CHECKS_JS = r"""
+async () => {
+  const st = await T.me.receiveConnection.getStats(); let out = null;
+  st.forEach((s) => {
+    if (s.type === 'transport' && s.selectedCandidatePairId) {
+      const p = st.get(s.selectedCandidatePairId);
+      if (p) out = { requests: p.requestsSent || 0, consent: p.consentRequestsSent || 0, responses: p.responsesReceived || 0 };
+    }
+  });
+  return out;
+}
+"""
+
 
 def test_member_without_media_is_kept_by_consent_and_a_gone_peer_is_removed(server, pages, capsys):
     say = printer(capsys)
@@ -295,6 +310,14 @@ def test_member_without_media_is_kept_by_consent_and_a_gone_peer_is_removed(serv
         page.evaluate("([n, m]) => T.join(n, {}, m)", [name, media])
     for page, name in ((quiet, "quiet"), (gone, "gone")):
         wait_js(page, "() => T.firstFrameAt.size === 1", timeout=20, what=f"{name} decodes pub's video")
+    # Connected transports are read by the worker itself (DirectReceiver), which from now on
+    # answers the consent checks that keep quiet a member.
+    samples = scrape(server.http)
+    direct, transports = metric(samples, "minato_transports_direct"), metric(samples, "minato_transports")
+    answered_before = metric(samples, "minato_ice_consent_checks_answered_total") or 0.0
+    # pub's send connection, quiet's and gone's receive connections.
+    assert transports == 3 and direct == transports, f"{direct} of {transports} transports read directly"
+    checks_before = quiet.evaluate(PAIR_CHECKS_JS)
     # pub stops publishing: quiet's and gone's receive connections carry no media from now on
     # (their only m-line is inactive), only ICE consent checks.
     pub.evaluate("() => T.me.unpublish(T.pubs.video.id)")
@@ -327,3 +350,14 @@ def test_member_without_media_is_kept_by_consent_and_a_gone_peer_is_removed(serv
     assert "quiet" in names, f"the member with consent but no media was removed: {names}; {left()}"
     assert quiet.evaluate("T.me.state") != "left", quiet.evaluate("T.events")
     say(f"[consent] quiet is still a member after {3 * TRANSPORT_TIMEOUT_SEC} s with no media on its connection")
+    # Chromium accepted the worker's answers to its consent checks (it counts only responses
+    # that pass its integrity check), and nothing came from an address that needed libnice.
+    checks_after = quiet.evaluate(PAIR_CHECKS_JS)
+    samples = scrape(server.http)
+    answered = (metric(samples, "minato_ice_consent_checks_answered_total") or 0.0) - answered_before
+    handbacks = metric(samples, "minato_direct_receive_handbacks_total") or 0.0
+    say(f"[consent] quiet's receive pair: {checks_before} -> {checks_after}; the worker answered {answered:.0f} "
+        f"checks itself, {direct:.0f} of {transports:.0f} transports read directly, {handbacks:.0f} handed back to libnice")
+    assert checks_after["responses"] >= checks_before["responses"] + 1, (checks_before, checks_after)
+    assert answered >= 1, answered
+    assert handbacks == 0, handbacks

@@ -85,4 +85,40 @@ void minato_ssl_set_mtu(SSL *ssl, long mtu);
 /// libsrtp2 was built with. Call after srtp_init, not concurrently with other libsrtp logging.
 size_t minato_srtp_debug_modules(char *out, size_t capacity);
 
+/// Direct receive (docs/architecture.md "Reading established transports"): an established
+/// transport's UDP socket is read by its worker through one epoll set, with recvmmsg, instead of
+/// one GLib source per socket.
+/// epoll_create1(EPOLL_CLOEXEC).
+int minato_epoll_create(void);
+/// Adds `fd` for input (level-triggered) with `key` as its event data; 0 or -1 with errno.
+int minato_epoll_add(int epfd, int fd, uint64_t key);
+/// Removes `fd`; 0 or -1 with errno.
+int minato_epoll_remove(int epfd, int fd);
+/// Without waiting: the keys of up to `max` (at most 256) ready sockets; 0 on none or error.
+int minato_epoll_ready(int epfd, uint64_t *keys, int max);
+/// Turns SO_TIMESTAMPNS on (`on` 1) or off: each datagram read by `minato_recv_batch` carries
+/// the kernel's receive time. While on, SIOCGSTAMPNS (`minato_last_arrival_ns`) is not updated.
+int minato_rx_timestamps(int fd, int on);
+/// Reads up to `n` (at most 64) datagrams without waiting (recvmmsg, MSG_DONTWAIT): datagram i
+/// into bufs[i] (`capacity` bytes each), its length in lens[i] (0: it was larger than
+/// `capacity` and is lost), its source in from[i], and when it reached the host in arrival[i]
+/// (CLOCK_MONOTONIC ns; 0 without a timestamp). Returns how many were read: 0 when none was
+/// waiting, -1 on another error (errno).
+int minato_recv_batch(int fd, void *const *bufs, size_t capacity, size_t *lens,
+                      struct sockaddr_storage *from, uint64_t *arrival, unsigned int n);
+/// Whether two socket addresses are the same IPv4 or IPv6 address and port.
+int minato_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+/// Sends one datagram to `to` (sendto, MSG_DONTWAIT); 1 when the kernel took it, else 0.
+int minato_send_to(int fd, const void *buf, size_t len, const struct sockaddr_storage *to);
+/// ICE consent and connectivity checks without libnice's socket (libnice's STUN library, RFC
+/// 5389 with short-term credentials and FINGERPRINT): if `request` (`length` bytes) is a
+/// binding request for local username fragment `ufrag` whose MESSAGE-INTEGRITY matches `pwd`,
+/// writes the success response (XOR-MAPPED-ADDRESS of `from`) into `out` and returns its
+/// length, and sets `*use_candidate` to whether it nominates the pair. Returns 0 for a valid
+/// STUN message that needs no answer (an indication, a response), -1 for anything that does not
+/// validate (not STUN, wrong credentials, a bad fingerprint): nothing to send.
+int minato_stun_answer(const uint8_t *request, size_t length, const struct sockaddr_storage *from,
+                       const char *ufrag, const char *pwd, uint8_t *out, size_t capacity,
+                       int *use_candidate);
+
 #endif
