@@ -44,9 +44,8 @@ final class DirectReceiver {
     private let storage: UnsafeMutableRawPointer
     /// Sockets in the set now.
     private(set) var count = 0
-    /// Transports moved here, and handed back to libnice because of a datagram from another
-    /// address, since the worker started.
-    private(set) var entered: UInt64 = 0
+    /// Sockets handed back to libnice because of a datagram from another address, since the
+    /// worker started.
     private(set) var handedBack: UInt64 = 0
     /// Consent checks answered here.
     var checksAnswered: UInt64 = 0
@@ -123,14 +122,13 @@ final class DirectReceiver {
         guard minato_epoll_add(epoll, fd, key) == 0 else { return false }
         _ = minato_rx_timestamps(fd, 1)
         count += 1
-        entered &+= 1
         return true
     }
 
     /// Removes `fd` (before its socket goes back to libnice or is closed). `handBack`: because of
     /// a datagram ICE must see.
     func remove(fd: Int32, handBack: Bool) {
-        if minato_epoll_remove(epoll, fd) == 0 { count -= 1 }
+        if minato_epoll_remove(epoll, fd) == 0 { count = max(0, count - 1) }
         _ = minato_rx_timestamps(fd, 0)
         if handBack { handedBack &+= 1 }
     }

@@ -71,13 +71,15 @@ final class IceAgent {
     /// `controlling` defaults to full-ICE agents controlling, lite agents controlled.
     /// `relays`: TURN servers to allocate relayed candidates on (a client's; gathering them takes
     /// round trips: `gatheringDone` is called when every candidate is known).
-    init(context: OpaquePointer, configuration: IceConfiguration, owner: UnsafeMutableRawPointer,
+    /// `timers`: the GLib context libnice runs the agent's own timers on (its keepalives and
+    /// check pacing; default `context`, where its sockets are read).
+    init(context: OpaquePointer, timers: OpaquePointer? = nil, configuration: IceConfiguration, owner: UnsafeMutableRawPointer,
          controlling: Bool? = nil,
          receive: NiceAgentRecvFunc = iceReceive,
          stateChanged: minato_component_state_cb = iceStateChanged,
          relays: [IceRelay] = [], gatheringDone: minato_gathering_done_cb? = nil) throws {
         let controls = controlling ?? !configuration.lite
-        guard let agent = minato_nice_agent_new(context, configuration.lite ? 1 : 0, controls ? 1 : 0,
+        guard let agent = minato_nice_agent_new(timers ?? context, configuration.lite ? 1 : 0, controls ? 1 : 0,
                                                 configuration.tcp ? 1 : 0)
         else { throw Failure.create }
         self.agent = agent

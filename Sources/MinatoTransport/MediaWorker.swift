@@ -127,6 +127,14 @@ public final class WorkerCore {
     /// Reads established transports' sockets outside GLib (nil: `media.ice.directReceive` off,
     /// or no epoll set).
     let direct: DirectReceiver?
+    /// The GLib context libnice runs every agent's timers on (keepalives, check pacing), iterated
+    /// by one worker source every `agentTimerPeriodMs` while the worker has transports. On the
+    /// worker's own context those timers (one or two per agent) made every loop iteration, so
+    /// every received packet, visit every agent: GLib prepares and checks each source it holds.
+    /// An ICE-lite agent answers checks from its socket callbacks, so its timers are not urgent.
+    let agentTimers: OpaquePointer
+    static let agentTimerPeriodMs: UInt32 = 20
+    private var agentTimerSource: UnsafeMutablePointer<GSource>?
     /// Engine transport slot -> transport, for the send path.
     private var byIndex = ContiguousArray<WebRtcTransport?>()
     /// Plain RTP egress transports (WorkerCore+Plain.swift), by id and by engine slot.
@@ -161,6 +169,7 @@ public final class WorkerCore {
         self.runtime = runtime
         self.ice = ice
         self.direct = ice.directReceive ? DirectReceiver() : nil
+        self.agentTimers = g_main_context_new()
         self.eventSink = events
         self.timeouts = TransportTimeouts(connect: connectTimeout, media: transportTimeout, consent: consentTimeout)
         self.logger = logger
@@ -185,6 +194,7 @@ public final class WorkerCore {
         plainTransports.removeAll()
         stopTimer()
         direct?.stop()
+        runAgentTimers(false)
         g_main_context_pop_thread_default(context)
         eventSink.finish()
     }
@@ -207,6 +217,30 @@ public final class WorkerCore {
         byIndex[Int(t.index.slot)] = t
         batch.reserve(transportSlot: Int(t.index.slot))
         transportDeadlinesStale = true
+        runAgentTimers(true)
+    }
+
+    deinit { g_main_context_unref(agentTimers) }
+
+    /// Attaches (`on`) or removes the worker source that iterates `agentTimers`: attached while
+    /// the worker has transports, so an idle worker still sleeps.
+    func runAgentTimers(_ on: Bool) {
+        if on, agentTimerSource == nil, let s = g_timeout_source_new(Self.agentTimerPeriodMs) {
+            g_source_set_callback(s, { data in
+                guard let data else { return 0 }
+                let core = Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue()
+                // Whatever is due, without waiting (a few rounds: a timer may make another due).
+                var rounds = 0
+                while rounds < 4, g_main_context_iteration(core.agentTimers, 0) != 0 { rounds += 1 }
+                return 1
+            }, Unmanaged.passUnretained(self).toOpaque(), nil)
+            g_source_attach(s, context)
+            agentTimerSource = s
+        } else if !on, let s = agentTimerSource {
+            g_source_destroy(s)
+            g_source_unref(s)
+            agentTimerSource = nil
+        }
     }
 
     @inline(__always) func assertOnThread() {
@@ -220,7 +254,8 @@ public final class WorkerCore {
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
         do {
             let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: timeouts)
-            let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure, direct: direct)
+            let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure, direct: direct,
+                                            agentTimers: agentTimers)
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description
@@ -297,6 +332,7 @@ public final class WorkerCore {
         engine.removeTransport(t.index)
         if Int(t.index.slot) < byIndex.count, byIndex[Int(t.index.slot)] === t { byIndex[Int(t.index.slot)] = nil }
         transportDeadlinesStale = true
+        if transports.isEmpty { runAgentTimers(false) }
     }
 
     /// RTP packets sent so far (cheap: no dictionary, unlike `counters`).

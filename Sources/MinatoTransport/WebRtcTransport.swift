@@ -77,12 +77,17 @@ final class WebRtcTransport {
     private var directUfrag = ContiguousArray<CChar>()
     private var directPwd = ContiguousArray<CChar>()
 
-    init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil) {
+    /// Where libnice runs the agents' timers (`WorkerCore.agentTimers`; nil: the worker's context).
+    private let agentTimers: OpaquePointer?
+
+    init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil,
+         agentTimers: OpaquePointer? = nil) {
         self.id = id
         self.index = index
         self.worker = worker
         self.secure = secure
         self.direct = direct
+        self.agentTimers = agentTimers
     }
 
     var srtp: SrtpSession? { secure.srtp }
@@ -97,7 +102,7 @@ final class WebRtcTransport {
 
     private func makeAgent(context: OpaquePointer, configuration: IceConfiguration) throws -> IceAgent {
         let me = Unmanaged.passUnretained(self).toOpaque()
-        let agent = try IceAgent(context: context, configuration: configuration, owner: me)
+        let agent = try IceAgent(context: context, timers: agentTimers, configuration: configuration, owner: me)
         agent.onSelectedPairChange(transportSelectedPairChanged, owner: me)
         return agent
     }
@@ -340,8 +345,8 @@ final class WebRtcTransport {
 
     /// A STUN datagram the worker read from the direct socket, from the pair's peer: answers an
     /// ICE check (the browser's consent checks, RFC 7675) with our credentials, as libnice would.
-    /// Returns whether it was valid STUN (an authentic check was answered and the peer heard at
-    /// `now`); an invalid one is dropped by the caller. `reply`: `capacity` bytes of scratch for the response.
+    /// Returns whether it was valid STUN (then the peer was heard at `now`); an invalid one (not
+    /// authentic, not for us) is dropped by the caller. `reply`: `capacity` bytes of scratch for the response.
     func answerCheck(_ datagram: UnsafeRawBufferPointer, from: UnsafePointer<sockaddr_storage>,
                      reply: UnsafeMutablePointer<UInt8>, capacity: Int, now: Nanoseconds) -> Bool {
         guard directFd >= 0 else { return false }
@@ -355,7 +360,9 @@ final class WebRtcTransport {
         case .invalid:
             return false
         case .ignore:
-            break   // unauthenticated (an indication, a stray response): not proof the peer is there
+            // An indication (a libnice peer's keepalive) or a response: heard, as any datagram on
+            // the pair counts while libnice reads the socket (`lastDatagramArrival`).
+            secure.heard(at: now)
         case .answer(let length, _):
             // A nomination from the pair's own peer changes nothing: this pair is the selected one.
             secure.heard(at: now)
