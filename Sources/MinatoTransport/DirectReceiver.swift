@@ -50,8 +50,8 @@ final class DirectReceiver {
     /// Consent checks answered here.
     var checksAnswered: UInt64 = 0
 
-    private var source: UnsafeMutablePointer<GSource>?
-    private var sourceFuncs: UnsafeMutablePointer<GSourceFuncs>?
+    /// The GLib source that watches `epoll` in the worker's context.
+    private var watch: CallbackSource?
 
     /// nil when the kernel gives no epoll set (the worker then leaves every socket to libnice).
     init?() {
@@ -91,26 +91,13 @@ final class DirectReceiver {
     /// Watches the epoll set from `context`: `ready` runs (with `owner`) in the iteration in
     /// which any socket of the set has input.
     func start(context: OpaquePointer, ready: @convention(c) (gpointer?) -> gboolean, owner: UnsafeMutableRawPointer) {
-        let funcs = UnsafeMutablePointer<GSourceFuncs>.allocate(capacity: 1)
-        funcs.initialize(to: GSourceFuncs())
-        // Ready when the epoll fd is (GLib checks the fd added below; no prepare/check).
-        funcs.pointee.dispatch = { _, callback, data in callback?(data) ?? 0 }
-        sourceFuncs = funcs
-        guard let s = g_source_new(funcs, UInt32(MemoryLayout<GSource>.size)) else { return }
-        _ = g_source_add_unix_fd(s, epoll, G_IO_IN)
-        g_source_set_callback(s, ready, owner, nil)
-        g_source_attach(s, context)
-        source = s
+        watch = CallbackSource(context: context, callback: ready, owner: owner)
+        if let watch { _ = g_source_add_unix_fd(watch.source, epoll, G_IO_IN) }
     }
 
     func stop() {
-        if let source {
-            g_source_destroy(source)
-            g_source_unref(source)
-        }
-        source = nil
-        sourceFuncs?.deallocate()
-        sourceFuncs = nil
+        watch?.destroy()
+        watch = nil
     }
 
     /// The epoll key of a transport: its engine index (slot and generation), so that a key read

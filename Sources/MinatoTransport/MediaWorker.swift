@@ -151,8 +151,7 @@ public final class WorkerCore {
     private var timerWakeups: UInt64 = 0
 
     // The timer.
-    private var timer: UnsafeMutablePointer<GSource>?
-    private var timerFuncs: UnsafeMutablePointer<GSourceFuncs>?
+    private var timer: CallbackSource?
     /// What the timer is armed for (`.max`: disarmed; 0: must be set again).
     private var armedFor: Nanoseconds = .max
     /// The soonest transport deadline, valid while `transportDeadlinesStale` is false.
@@ -589,30 +588,18 @@ public final class WorkerCore {
     // MARK: Timer
 
     func startTimer() {
-        let funcs = UnsafeMutablePointer<GSourceFuncs>.allocate(capacity: 1)
-        funcs.initialize(to: GSourceFuncs())
-        // Dispatched only by its ready time (no prepare/check); the callback says what is due.
-        funcs.pointee.dispatch = { _, callback, data in callback?(data) ?? 0 }
-        timerFuncs = funcs
-        guard let source = g_source_new(funcs, UInt32(MemoryLayout<GSource>.size)) else { return }
-        g_source_set_callback(source, { data in
+        // Dispatched only by its ready time; the callback says what is due.
+        timer = CallbackSource(context: context, callback: { data in
             guard let data else { return 0 }
             Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().timerFired()
             return 1
-        }, Unmanaged.passUnretained(self).toOpaque(), nil)
-        g_source_set_ready_time(source, -1)
-        g_source_attach(source, context)
-        timer = source
+        }, owner: Unmanaged.passUnretained(self).toOpaque())
+        if let timer { g_source_set_ready_time(timer.source, -1) }
     }
 
     func stopTimer() {
-        if let timer {
-            g_source_destroy(timer)
-            g_source_unref(timer)
-        }
+        timer?.destroy()
         timer = nil
-        timerFuncs?.deallocate()
-        timerFuncs = nil
     }
 
     /// Arms the timer for the soonest deadline (after every loop iteration). O(1) unless a
@@ -631,7 +618,7 @@ public final class WorkerCore {
         guard due != armedFor, let timer else { return }
         armedFor = due
         // GLib's ready time is CLOCK_MONOTONIC in microseconds (rounded up: never early).
-        g_source_set_ready_time(timer, due == .max ? -1 : gint64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
+        g_source_set_ready_time(timer.source, due == .max ? -1 : gint64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
     }
 
     private func timerFired() {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from pathlib import Path
 import time
 
 import pytest
@@ -298,7 +299,11 @@ def test_password_room_list_errors_video_and_screenshot(server, engine, pages, t
     for page in (p1, p2, p3, p4):
         wait_until(lambda: page.evaluate(recorded) == ["bob"], 15, "bob's tile to show the recording")
     r = http("DELETE", f"{server.http}/v1/rooms/{room_id}/recordings/{rec['id']}", timeout=30)
-    assert r.status == 200 and r.json["recording"]["state"] == "stopped", r
+    if r.status != 200 or r.json["recording"]["state"] != "stopped":
+        # The server keeps a failed recording's recorder log beside its file: show its end.
+        log = Path(rec["file"] + ".log")
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else f"(no {log})"
+        pytest.fail(f"the recording did not stop cleanly: {r}\nrecorder log:\n{tail}")
     for page in (p1, p2, p3, p4):
         wait_until(lambda: page.evaluate(recorded) == [], 15, "the red dot to go when the recording stops")
     p4.click("#leave")
