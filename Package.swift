@@ -134,9 +134,7 @@ let package = Package(
                                                               .product(name: "NIOHTTP1", package: "swift-nio")]),
         .testTarget(name: "MinatoClusterTests", dependencies: ["MinatoCluster", "MinatoSignaling", "MinatoRooms"]),
         .testTarget(name: "MinatoTransportTests", dependencies: ["MinatoTransport", "MinatoMedia", "MinatoWire",
-                                                                 .product(name: "Logging", package: "swift-log"),
-                                                                 // HMAC-SHA1: checks consent-check answers independently.
-                                                                 .product(name: "Crypto", package: "swift-crypto")]),
+                                                                 .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "MinatoClientTests", dependencies: ["MinatoClient", "MinatoTransport", "MinatoWire"]),
     ],
     swiftLanguageModes: [.v6]

@@ -3,7 +3,8 @@
 # against the release server, each in its own loopback-only namespace, and counts the server's
 # syscalls with perf's syscall tracepoints over 10 s of each measuring window (every thread of
 # the process). Prints one line per scenario: forwarded packets in those 10 s (from the
-# scenario's forwarded pps), sendmmsg, recvmsg and all syscalls, each per forwarded packet.
+# scenario's forwarded pps), sendmmsg, recvmsg (libnice), recvmmsg (direct receive) and all
+# syscalls, each per forwarded packet.
 # Usage: bench/syscalls.sh [scenario ...]   (default: fanout-1-10 audio-50; after a release
 # build of the server and minato-bench, e.g. `make bench-quick`). Needs perf (linux-perf) with
 # tracepoints readable.
@@ -14,7 +15,7 @@ OUT="$ROOT/artifacts/bench"
 mkdir -p "$OUT"
 [ -x "$BIN/minato-bench" ] && [ -x "$BIN/minato" ] || { echo "syscalls: build minato and minato-bench in release first (make bench-quick)" >&2; exit 2; }
 command -v perf >/dev/null || { echo "syscalls: perf is missing (apt-get install linux-perf)" >&2; exit 2; }
-EVENTS='raw_syscalls:sys_enter,syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmsg'
+EVENTS='raw_syscalls:sys_enter,syscalls:sys_enter_sendmmsg,syscalls:sys_enter_recvmsg,syscalls:sys_enter_recvmmsg'
 [ $# -gt 0 ] || set -- fanout-1-10 audio-50
 for scenario in "$@"; do
     unshare -n bash -c '
@@ -44,6 +45,7 @@ def per(name):
     return counts.get(name, 0) / packets if packets else 0
 print(f"{scenario}: {packets:.0f} packets forwarded in 10 s; per forwarded packet: "
       f"sendmmsg {per('sys_enter_sendmmsg'):.3f}, recvmsg {per('sys_enter_recvmsg'):.3f}, "
+      f"recvmmsg {per('sys_enter_recvmmsg'):.3f}, "
       f"all syscalls {per('sys_enter'):.3f}")
 PY
 done

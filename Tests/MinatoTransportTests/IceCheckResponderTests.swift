@@ -1,12 +1,12 @@
 import Testing
 import Foundation
-import Crypto
 @testable import MinatoTransport
 
 /// The consent-check answers of direct-read sockets (`IceCheckResponder`), checked against
 /// RFC 5769's sample request and against requests built here, and each answer verified here
-/// byte by byte: its MESSAGE-INTEGRITY recomputed with swift-crypto, its FINGERPRINT with a
-/// CRC-32 written below, its XOR-MAPPED-ADDRESS decoded.
+/// byte by byte: its MESSAGE-INTEGRITY recomputed with the HMAC-SHA1 and its FINGERPRINT with the
+/// CRC-32 written below (the test shares no code with libnice's STUN library or OpenSSL; the
+/// sample's own MESSAGE-INTEGRITY checks the HMAC), its XOR-MAPPED-ADDRESS decoded.
 @Suite struct IceCheckResponderTests {
     // RFC 5769 2.1: a binding request with USERNAME "evtj:h6vY", PRIORITY, ICE-CONTROLLED,
     // MESSAGE-INTEGRITY (key "VOkJxbRl1RmTxUk/WvJxBt") and FINGERPRINT.
@@ -50,6 +50,45 @@ import Crypto
 
     // MARK: Independent STUN reading and writing
 
+    /// SHA-1 (FIPS 180-4), for HMAC-SHA1 (RFC 2104).
+    static func sha1(_ message: [UInt8]) -> [UInt8] {
+        var h: [UInt32] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476, 0xc3d2_e1f0]
+        var m = message + [0x80]
+        while m.count % 64 != 56 { m.append(0) }
+        let bits = UInt64(message.count) * 8
+        for i in (0..<8).reversed() { m.append(UInt8(truncatingIfNeeded: bits >> (UInt64(i) * 8))) }
+        for chunk in stride(from: 0, to: m.count, by: 64) {
+            var w = [UInt32](repeating: 0, count: 80)
+            for i in 0..<16 {
+                w[i] = (0..<4).reduce(UInt32(0)) { $0 << 8 | UInt32(m[chunk + i * 4 + $1]) }
+            }
+            for i in 16..<80 {
+                let x = w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]
+                w[i] = x << 1 | x >> 31
+            }
+            var (a, b, c, d, e) = (h[0], h[1], h[2], h[3], h[4])
+            for i in 0..<80 {
+                let (f, k): (UInt32, UInt32)
+                switch i {
+                case 0..<20: (f, k) = ((b & c) | (~b & d), 0x5a82_7999)
+                case 20..<40: (f, k) = (b ^ c ^ d, 0x6ed9_eba1)
+                case 40..<60: (f, k) = ((b & c) | (b & d) | (c & d), 0x8f1b_bcdc)
+                default: (f, k) = (b ^ c ^ d, 0xca62_c1d6)
+                }
+                let t = (a << 5 | a >> 27) &+ f &+ e &+ k &+ w[i]
+                (e, d, c, b, a) = (d, c, b << 30 | b >> 2, a, t)
+            }
+            h[0] &+= a; h[1] &+= b; h[2] &+= c; h[3] &+= d; h[4] &+= e
+        }
+        return h.flatMap { v in (0..<4).map { UInt8(truncatingIfNeeded: v >> (24 - UInt32($0) * 8)) } }
+    }
+
+    static func hmacSha1(key: [UInt8], _ data: [UInt8]) -> [UInt8] {
+        var k = key.count > 64 ? sha1(key) : key
+        k += [UInt8](repeating: 0, count: 64 - k.count)
+        return sha1(k.map { $0 ^ 0x5c } + sha1(k.map { $0 ^ 0x36 } + data))
+    }
+
     static func crc32(_ bytes: ArraySlice<UInt8>) -> UInt32 {
         var crc: UInt32 = 0xffff_ffff
         for b in bytes {
@@ -85,7 +124,7 @@ import Crypto
         var covered = Array(m[0..<offset])
         let length = offset - 20 + 24
         covered[2] = UInt8(length >> 8); covered[3] = UInt8(length & 0xff)
-        return Array(HMAC<Insecure.SHA1>.authenticationCode(for: covered, using: SymmetricKey(data: Data(key.utf8))))
+        return hmacSha1(key: Array(key.utf8), covered)
     }
 
     /// Checks MESSAGE-INTEGRITY and FINGERPRINT of `m` (both present, FINGERPRINT last).
@@ -126,6 +165,13 @@ import Crypto
     }
 
     // MARK: Tests
+
+    @Test func theTestsOwnHmacReproducesTheSampleRequestsIntegrity() {
+        // RFC 5769 2.1's MESSAGE-INTEGRITY, from its key: the check below is itself checked.
+        let mi = Self.attributes(Self.sampleRequest).first { $0.0 == 0x0008 }
+        #expect(mi.map { Self.integrity(Self.sampleRequest, upTo: $0.offset, key: Self.password) == $0.1 } == true)
+        #expect(Self.sha1(Array("abc".utf8)).prefix(4) == [0xa9, 0x99, 0x3e, 0x36])
+    }
 
     @Test func aConsentCheckGetsAnAuthenticSuccessResponse() {
         let transaction: [UInt8] = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12]
