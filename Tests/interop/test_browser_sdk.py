@@ -19,7 +19,9 @@ from conftest import engine_pages
 from browser import BROWSER_SERVER_ENV, dump, kill_chromium, launch_chromium, sdk_page, wait_js, wait_until
 from minato_client import unique_name
 
-GAP_SEC = 3
+# A member whose signaling connection is gone is removed about GAP_SEC later; it must exceed
+# RECONNECT_DELAY_MS below with room to spare.
+GAP_SEC = 6
 MINATO_SERVER_ENV = {**BROWSER_SERVER_ENV, "MINATO_ROOMS_KEEPALIVE_INTERVAL_GAP_SEC": str(GAP_SEC)}
 
 pytestmark = pytest.mark.timeout(150)
@@ -268,10 +270,16 @@ def test_objects_events_and_errors(server, pages):
     assert (e["ok"], e.get("name"), e.get("code")) == (False, "roomNotFound", 404), e
 
 
+# The updates below are 121 signaling round trips one after another (0.4-0.7 s alone): under the
+# full suite's load they once took more than the 1.5 s this delay was. 3 s leaves room, and
+# stays well inside GAP_SEC.
+RECONNECT_DELAY_MS = 3000
+
+
 def test_reconnect_replays_missed_events(server, pages):
     room = unique_name("sdkrc")
     a, b = pages("a"), pages("b")
-    a.evaluate("T.connect({ reconnectDelayMs: 1500 })")
+    a.evaluate(f"T.connect({{ reconnectDelayMs: {RECONNECT_DELAY_MS} }})")
     b.evaluate("T.connect()")
     a.evaluate("(n) => T.findOrCreate(n)", room)
     b.evaluate("(n) => T.findOrCreate(n)", room)
@@ -282,15 +290,19 @@ def test_reconnect_replays_missed_events(server, pages):
     # The join's reconnectSecret stays inside the SDK: no property, not enumerable.
     assert a.evaluate("() => 'reconnectSecret' in T.me || Object.keys(T.me).some((k) => /secret/i.test(k))") is False
     # A's WebSocket drops; while it is away, B changes its metadata 121 times (more than one
-    # subscribeRoomEvents page of 100). A reconnects 1.5 s later, takes its member over with its
-    # reconnectSecret and replays what it missed, following nextOffset.
+    # subscribeRoomEvents page of 100). A reconnects RECONNECT_DELAY_MS later, takes its member
+    # over with its reconnectSecret and replays what it missed, following nextOffset.
     a.evaluate("() => { T.context._signaling.ws.close(); }")
     wait_js(a, "() => T.context.connectionState === 'reconnecting'", timeout=5, what="a reconnecting")
-    b.evaluate("""async () => {
+    took_ms = b.evaluate("""async () => {
+        const t0 = performance.now();
         for (let i = 0; i < 120; i++) await T.me.updateMetadata(`while-away-${i}`);
         await T.me.updateMetadata('while-away');
+        return performance.now() - t0;
     }""")
-    assert a.evaluate("T.context.connectionState") == "reconnecting", "a reconnected before b's updates were done"
+    print(f"\n[reconnect] b's 121 metadata updates took {took_ms:.0f} ms (a's reconnect delay {RECONNECT_DELAY_MS} ms)")
+    assert a.evaluate("T.context.connectionState") == "reconnecting", \
+        f"a reconnected before b's updates were done ({took_ms:.0f} ms)"
     wait_js(a, "() => T.context.connectionState === 'connected'", timeout=20, what="a reconnected")
     wait_until(lambda: a.evaluate("T.room.members.find((m) => m.name === 'b').metadata") == "while-away", 10,
                "a to learn b's last metadata change")
