@@ -219,7 +219,10 @@ public final class WorkerCore {
         runAgentTimers(true)
     }
 
-    deinit { g_main_context_unref(agentTimers) }
+    deinit {
+        runAgentTimers(false)   // a core driven without `run` (tests, benchmarks) may still hold it
+        g_main_context_unref(agentTimers)
+    }
 
     /// Attaches (`on`) or removes the worker source that iterates `agentTimers`: attached while
     /// the worker has transports, so an idle worker still sleeps.
