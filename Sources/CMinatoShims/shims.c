@@ -232,6 +232,61 @@ int minato_drop_incoming_rtp(int fd) {
     return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program);
 }
 
+typedef struct {
+    GSource base;
+    gint64 deadline;
+} MinatoDeadlineSource;
+
+static gboolean minato_deadline_prepare(GSource *source, gint *timeout) {
+    gint64 deadline = ((MinatoDeadlineSource *)source)->deadline;
+    if (deadline < 0) { *timeout = -1; return FALSE; }
+    gint64 now = g_source_get_time(source);
+    if (now >= deadline) { *timeout = 0; return TRUE; }
+    gint64 ms = (deadline - now + 999) / 1000;
+    *timeout = ms > G_MAXINT ? G_MAXINT : (gint)ms;
+    return FALSE;
+}
+
+static gboolean minato_deadline_check(GSource *source) {
+    gint64 deadline = ((MinatoDeadlineSource *)source)->deadline;
+    return deadline >= 0 && g_source_get_time(source) >= deadline;
+}
+
+static gboolean minato_deadline_dispatch(GSource *source, GSourceFunc callback, gpointer data) {
+    (void)source;
+    return callback ? callback(data) : G_SOURCE_REMOVE;
+}
+
+static GSourceFuncs minato_deadline_funcs = {
+    .prepare = minato_deadline_prepare,
+    .check = minato_deadline_check,
+    .dispatch = minato_deadline_dispatch,
+};
+
+GSource *minato_deadline_source_new(void) {
+    GSource *source = g_source_new(&minato_deadline_funcs, sizeof(MinatoDeadlineSource));
+    ((MinatoDeadlineSource *)source)->deadline = -1;
+    return source;
+}
+
+void minato_deadline_source_set(GSource *source, gint64 deadline_us) {
+    ((MinatoDeadlineSource *)source)->deadline = deadline_us;
+}
+
+int minato_main_context_timeout_ms(GMainContext *context) {
+    if (!g_main_context_acquire(context)) return 0;
+    gint priority = G_PRIORITY_DEFAULT;
+    gint timeout = -1;
+    if (g_main_context_prepare(context, &priority)) {
+        timeout = 0;
+    } else {
+        GPollFD fds[8];
+        (void)g_main_context_query(context, priority, &timeout, fds, 8);
+    }
+    g_main_context_release(context);
+    return timeout;
+}
+
 /* ---- Direct receive ---- */
 
 int minato_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }

@@ -6,7 +6,7 @@ internal import Synchronization
 struct WorkerTotals {
     var received: UInt64 = 0, bytesReceived: UInt64 = 0, forwarded: UInt64 = 0, bytesForwarded: UInt64 = 0
     var rtcpReceived: UInt64 = 0, rtcpSent: UInt64 = 0, nacksReceived: UInt64 = 0, keyFrameRequests: UInt64 = 0
-    var timerWakeups: UInt64 = 0
+    var timerWakeups: UInt64 = 0, agentTimerWakeups: UInt64 = 0
     var transports = 0, directTransports = 0, directHandBacks: UInt64 = 0, consentChecks: UInt64 = 0
     var drops: [String: UInt64] = [:]
     var nacksSent: UInt64 = 0, retransmitted: UInt64 = 0, recovered: UInt64 = 0, rtxRecovered: UInt64 = 0
@@ -24,7 +24,7 @@ struct WorkerTotals {
         forwarded &+= c.rtpPacketsForwarded; bytesForwarded &+= c.rtpBytesForwarded
         rtcpReceived &+= c.rtcpPacketsReceived; rtcpSent &+= c.rtcpPacketsSent
         nacksReceived &+= c.nacksReceived; keyFrameRequests &+= c.keyFrameRequestsSent
-        timerWakeups &+= c.timerWakeups
+        timerWakeups &+= c.timerWakeups; agentTimerWakeups &+= c.agentTimerWakeups
         transports += c.transports
         directTransports += c.directTransports
         directHandBacks &+= c.directHandBacks; consentChecks &+= c.consentChecksAnswered
@@ -41,7 +41,7 @@ struct WorkerTotals {
 /// Every drop reason is exported from the first scrape on (zeros included).
 final class PacketMetrics: Sendable {
     let received, bytesReceived, forwarded, bytesForwarded, rtcpReceived, rtcpSent, nacksReceived: Counter
-    let keyFrameRequests, timerWakeups: Counter
+    let keyFrameRequests, timerWakeups, agentTimerWakeups: Counter
     let nacksSent, retransmitted, recovered, rtxRecovered: Counter
     let transportFeedback, probes, padding: Counter
     let transports, directTransports, rooms, members, publications, subscriptions: Gauge
@@ -62,6 +62,8 @@ final class PacketMetrics: Sendable {
         keyFrameRequests = registry.makeCounter(name: "minato_keyframe_requests_total", help: "PLI/FIR sent to publishers.")
         timerWakeups = registry.makeCounter(name: "minato_worker_timer_wakeups_total",
                                             help: "Media worker timer wake-ups (a deadline was due).")
+        agentTimerWakeups = registry.makeCounter(name: "minato_worker_agent_timer_wakeups_total",
+                                                 help: "Runs of libnice's agent timers on the media workers (20 ms apart while a transport connects, else when one is due).")
         nacksSent = registry.makeCounter(name: "minato_rtcp_nacks_sent_total", help: "Generic NACKs sent to publishers for missing packets.")
         retransmitted = registry.makeCounter(name: "minato_rtp_packets_retransmitted_total",
                                              help: "Packets resent to subscribers on their NACKs (RTX or plain).")
@@ -95,6 +97,7 @@ final class PacketMetrics: Sendable {
             grow(nacksReceived, now.nacksReceived, last.nacksReceived)
             grow(keyFrameRequests, now.keyFrameRequests, last.keyFrameRequests)
             grow(timerWakeups, now.timerWakeups, last.timerWakeups)
+            grow(agentTimerWakeups, now.agentTimerWakeups, last.agentTimerWakeups)
             grow(nacksSent, now.nacksSent, last.nacksSent)
             grow(retransmitted, now.retransmitted, last.retransmitted)
             grow(recovered, now.recovered, last.recovered)

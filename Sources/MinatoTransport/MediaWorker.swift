@@ -71,7 +71,7 @@ public final class MediaWorker: Sendable {
 ///
 /// Timers by deadline: the engine (`MediaEngine.nextDeadline`) and each transport
 /// (`WebRtcTransport.deadline`) say when they next need a timeout; the worker arms one GLib
-/// source (`g_source_set_ready_time`) for the soonest. With nothing due the thread sleeps in
+/// source (`CallbackSource.setDeadline`) for the soonest. With nothing due the thread sleeps in
 /// `poll`. The engine's deadline is O(1) to read and checked after every loop iteration; the
 /// transports' are recomputed only after something that can move them (a command, a DTLS or ICE
 /// event, the timer itself), and the media timeout is rechecked lazily when it fires.
@@ -95,14 +95,24 @@ public final class WorkerCore {
     /// Reads established transports' sockets outside GLib (nil: `media.ice.directReceive` off,
     /// or no epoll set).
     let direct: DirectReceiver?
-    /// The GLib context libnice runs every agent's timers on (keepalives, check pacing), iterated
-    /// by one worker source every `agentTimerPeriodMs` while the worker has transports. On the
-    /// worker's own context those timers (one or two per agent) made every loop iteration, so
-    /// every received packet, visit every agent: GLib prepares and checks each source it holds.
-    /// An ICE-lite agent answers checks from its socket callbacks, so its timers are not urgent.
+    /// The GLib context libnice runs every agent's timers on (keepalives, check pacing, consent),
+    /// iterated by one worker source (`agentTimerSource`) while the worker has transports. On
+    /// the worker's own context those timers (one or two per agent) made every loop iteration,
+    /// so every received packet, visit every agent: GLib prepares and checks each source it
+    /// holds. An ICE-lite agent answers checks from its socket callbacks, so its timers are not
+    /// urgent. While a transport is still connecting or restarting ICE, the source runs every
+    /// `agentTimerPeriodMs` (libnice may add a timer from a socket callback on the worker's
+    /// context, unseen by us); once all are connected it is armed for the soonest timer the
+    /// context holds, at most `agentTimerIdleMs` ahead.
     let agentTimers: OpaquePointer
-    static let agentTimerPeriodMs: UInt32 = 20
-    private var agentTimerSource: UnsafeMutablePointer<GSource>?
+    static let agentTimerPeriodMs: Int64 = 20
+    static let agentTimerIdleMs: Int64 = 1000
+    private var agentTimerSource: CallbackSource?
+    /// Whether some transport is not connected yet or is restarting ICE (recomputed with the
+    /// transport deadlines).
+    private var transportsSettling = true
+    /// Times the agent-timer source ran.
+    private(set) var agentTimerWakeups: UInt64 = 0
     /// Engine transport slot -> transport, for the send path and the direct receiver.
     private(set) var byIndex = ContiguousArray<WebRtcTransport?>()
     /// Plain RTP egress transports (WorkerCore+Plain.swift), by id and by engine slot.
@@ -195,22 +205,45 @@ public final class WorkerCore {
     /// Attaches (`on`) or removes the worker source that iterates `agentTimers`: attached while
     /// the worker has transports, so an idle worker still sleeps.
     func runAgentTimers(_ on: Bool) {
-        if on, agentTimerSource == nil, let s = g_timeout_source_new(Self.agentTimerPeriodMs) {
-            g_source_set_callback(s, { data in
-                guard let data else { return 0 }
-                let core = Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue()
-                // Whatever is due, without waiting (a few rounds: a timer may make another due).
-                var rounds = 0
-                while rounds < 4, g_main_context_iteration(core.agentTimers, 0) != 0 { rounds += 1 }
+        if on, agentTimerSource == nil {
+            agentTimerSource = CallbackSource(context: context, callback: { data in
+                guard let data else { return 1 }
+                Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().agentTimersDue()
                 return 1
-            }, Unmanaged.passUnretained(self).toOpaque(), nil)
-            g_source_attach(s, context)
-            agentTimerSource = s
+            }, owner: Unmanaged.passUnretained(self).toOpaque())
+            transportsSettling = true
+            armAgentTimers(inMs: Self.agentTimerPeriodMs)
         } else if !on, let s = agentTimerSource {
-            g_source_destroy(s)
-            g_source_unref(s)
+            s.destroy()
             agentTimerSource = nil
         }
+    }
+
+    private func agentTimersDue() {
+        agentTimerWakeups &+= 1
+        // Whatever is due, without waiting (a few rounds: a timer may make another due).
+        var rounds = 0
+        while rounds < 4, g_main_context_iteration(agentTimers, 0) != 0 { rounds += 1 }
+        if transportsSettling {
+            armAgentTimers(inMs: Self.agentTimerPeriodMs)
+        } else {
+            let next = Int64(minato_main_context_timeout_ms(agentTimers))
+            // -1: no timer at all; 0: one became due meanwhile (run it on the next iteration).
+            armAgentTimers(inMs: next < 0 ? Self.agentTimerIdleMs : min(next, Self.agentTimerIdleMs))
+        }
+    }
+
+    private func armAgentTimers(inMs ms: Int64) {
+        guard let s = agentTimerSource else { return }
+        s.setDeadline(Int64(g_get_monotonic_time()) + ms * 1000)
+    }
+
+    /// Recomputed with the transport deadlines: a transport that started connecting (or an ICE
+    /// restart) brings the agent-timer source back to its short period at once.
+    private func noteSettling(_ settling: Bool) {
+        guard settling != transportsSettling else { return }
+        transportsSettling = settling
+        if settling { armAgentTimers(inMs: Self.agentTimerPeriodMs) }
     }
 
     @inline(__always) func assertOnThread() {
@@ -318,7 +351,7 @@ public final class WorkerCore {
             nacksReceived: engine.nacksReceived, keyFrameRequestsSent: engine.keyFrameRequestsSent,
             timerWakeups: timerWakeups, drops: named, transports: transports.count,
             directTransports: direct?.count ?? 0, directHandBacks: direct?.handedBack ?? 0,
-            consentChecksAnswered: direct?.checksAnswered ?? 0,
+            consentChecksAnswered: direct?.checksAnswered ?? 0, agentTimerWakeups: agentTimerWakeups,
             nacksSent: engine.nacksSent, packetsRetransmitted: engine.packetsRetransmitted,
             retransmissionLookups: ["hit": engine.retransmissionHits, "miss": engine.retransmissionMisses,
                                     "throttled": engine.retransmissionsThrottled],
@@ -504,13 +537,12 @@ public final class WorkerCore {
     // MARK: Timer
 
     func startTimer() {
-        // Dispatched only by its ready time; the callback says what is due.
+        // Dispatched only by its deadline; the callback says what is due.
         timer = CallbackSource(context: context, callback: { data in
             guard let data else { return 0 }
             Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().timerFired()
             return 1
         }, owner: Unmanaged.passUnretained(self).toOpaque())
-        if let timer { g_source_set_ready_time(timer.source, -1) }
     }
 
     func stopTimer() {
@@ -525,21 +557,24 @@ public final class WorkerCore {
             transportDeadlinesStale = false
             let now = monotonicNow()
             var soonest: Nanoseconds = .max
+            var settling = false
             for t in transports.values {
                 soonest = min(soonest, t.deadline(now: now))
+                if !settling, !t.isSettled { settling = true }
             }
             transportDeadline = soonest
+            noteSettling(settling)
         }
         let due = min(engine.nextDeadline ?? .max, transportDeadline, dataTickAt)
         guard due != armedFor, let timer else { return }
         armedFor = due
-        // GLib's ready time is CLOCK_MONOTONIC in microseconds (rounded up: never early).
-        g_source_set_ready_time(timer.source, due == .max ? -1 : gint64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
+        // The deadline is CLOCK_MONOTONIC in microseconds (rounded up: never early).
+        timer.setDeadline(due == .max ? -1 : Int64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
     }
 
     private func timerFired() {
         timerWakeups &+= 1
-        armedFor = 0   // the ready time stays in the past until armTimer sets it again
+        armedFor = 0   // the deadline stays in the past until armTimer sets it again
         let now = monotonicNow()
         engine.handleTimeout(now: now)
         if engine.speakerEventsDue {

@@ -129,6 +129,9 @@ final class WebRtcTransport {
     /// Whether an ICE restart is waiting for its first pair.
     var isRestartingIce: Bool { restartingIce != nil }
 
+    /// Connected (ICE and DTLS) with no ICE restart under way: its agent needs no check pacing.
+    var isSettled: Bool { secure.state == .connected && restartingIce == nil }
+
     /// Applies the remote ICE credentials, candidates, fingerprint and DTLS role (during an ICE
     /// restart the credentials and candidates go to the restart's agent).
     func setRemote(_ remote: RemoteTransportParameters) -> TransportUpdate {

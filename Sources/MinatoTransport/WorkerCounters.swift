@@ -22,6 +22,9 @@ public struct WorkerCounters: Sendable {
     public var directTransports = 0
     public var directHandBacks: UInt64 = 0
     public var consentChecksAnswered: UInt64 = 0
+    /// Runs of libnice's agent timers (`WorkerCore.agentTimers`): every 20 ms while a transport
+    /// connects, then only when an agent's timer is due (at most 1 s apart).
+    public var agentTimerWakeups: UInt64 = 0
     /// Loss recovery (MediaEngine): NACKs sent to publishers, packets resent to subscribers,
     /// retransmission store lookups by result ("hit", "miss", "throttled"), missing packets
     /// that arrived later (and of those, by publisher RTX), keyframe requests by `KeyFrameCause.name`.

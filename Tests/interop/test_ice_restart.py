@@ -346,8 +346,20 @@ def test_member_without_media_is_kept_by_consent_and_a_gone_peer_is_removed(serv
         f"media.transportTimeoutSec {TRANSPORT_TIMEOUT_SEC})")
     assert reason == "transportClosed", left()
     assert took >= TRANSPORT_TIMEOUT_SEC - 0.5, f"removed before its silence reached the timeout: {took:.1f} s"
+    # Every transport left is connected: libnice's agent timers run only when one is due (a
+    # connecting transport would make them run every 20 ms, 50 times a second).
+    samples = scrape(server.http)
+    timers_before, t_timers = metric(samples, "minato_worker_agent_timer_wakeups_total") or 0.0, time.monotonic()
+    settled = metric(samples, "minato_transports_direct") == metric(samples, "minato_transports")
     # quiet heard nothing but consent for well over the timeout, and is still a member.
-    time.sleep(max(0.0, 3 * TRANSPORT_TIMEOUT_SEC - (time.monotonic() - t_gone)))
+    time.sleep(max(2.0, 3 * TRANSPORT_TIMEOUT_SEC - (time.monotonic() - t_gone)))
+    samples = scrape(server.http)
+    timer_rate = ((metric(samples, "minato_worker_agent_timer_wakeups_total") or 0.0) - timers_before) / (time.monotonic() - t_timers)
+    settled = settled and metric(samples, "minato_transports_direct") == metric(samples, "minato_transports")
+    say(f"\n[consent] libnice agent timers ran {timer_rate:.1f} times/s with every transport connected "
+        f"({metric(samples, 'minato_transports'):.0f} transports, all read directly: {settled})")
+    if settled:
+        assert timer_rate < 10, f"agent timers ran {timer_rate:.1f} times/s with no transport connecting"
     names = {m["name"] for m in pub.evaluate("T.members()")}
     assert "quiet" in names, f"the member with consent but no media was removed: {names}; {left()}"
     assert quiet.evaluate("T.me.state") != "left", quiet.evaluate("T.events")

@@ -85,6 +85,22 @@ void minato_ssl_set_mtu(SSL *ssl, long mtu);
 /// libsrtp2 was built with. Call after srtp_init, not concurrently with other libsrtp logging.
 size_t minato_srtp_debug_modules(char *out, size_t capacity);
 
+/// A GLib source dispatched when its deadline has passed (and, with unix fds added, when one is
+/// ready), like a source with a ready time, except that moving the deadline is a plain store:
+/// `g_source_set_ready_time` signals the context's wakeup eventfd on every change, which costs
+/// a write, and an extra poll and read in the next iteration, even from the thread iterating
+/// the context. Set the deadline only from that thread, outside `g_main_context_iteration` or
+/// inside one of its callbacks (the next prepare reads it). Starts with no deadline.
+GSource *minato_deadline_source_new(void);
+/// The deadline in g_get_monotonic_time microseconds; -1: none.
+void minato_deadline_source_set(GSource *source, gint64 deadline_us);
+
+/// Milliseconds until the soonest source of `context` is due (0: one is due now; -1: it has
+/// none with a timeout), without dispatching anything: g_main_context_prepare and _query, as an
+/// iteration starts. A source found ready stays ready for the context's next iteration. Call
+/// on the thread that iterates `context`, not from inside one of its callbacks.
+int minato_main_context_timeout_ms(GMainContext *context);
+
 /// Direct receive (docs/architecture.md "Reading established transports"): an established
 /// transport's UDP socket is read by its worker through one epoll set, with recvmmsg, instead of
 /// one GLib source per socket.
