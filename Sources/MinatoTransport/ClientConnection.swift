@@ -174,6 +174,14 @@ public final class ClientConnection {
         return ice.send(base, length: n)
     }
 
+    /// Protects a clear RTCP packet (or compound) of `length` bytes in place (the buffer holds
+    /// at least `length + trailerRoom` bytes) and sends it. False if not connected or nothing was sent.
+    @discardableResult
+    public func sendRtcp(_ base: UnsafeMutableRawPointer, length: Int) -> Bool {
+        guard let srtp = secure.srtp, let ice, let n = srtp.protectRtcp(base, length: length) else { return false }
+        return ice.send(base, length: n)
+    }
+
     /// Closes DTLS (close_notify goes out first) and frees the agent; no callback fires afterwards.
     public func close() {
         guard state != .closed else { return }

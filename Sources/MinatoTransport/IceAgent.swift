@@ -28,6 +28,17 @@ public struct IceConfiguration: Sendable {
     }
 }
 
+extension IceConfiguration {
+    /// The same addresses and ports for the connecting side of a relay between two nodes: full
+    /// ICE over UDP (it sends the checks and nominates; its peer is an ICE-lite server).
+    public var forRelayClient: IceConfiguration {
+        var c = self
+        c.lite = false
+        c.tcp = false
+        return c
+    }
+}
+
 /// A TURN server a client agent allocates a relayed candidate on (RFC 8656): a numeric address,
 /// the port, the credential, and how the client reaches it.
 public struct IceRelay: Sendable, Equatable {

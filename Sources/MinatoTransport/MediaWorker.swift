@@ -252,13 +252,18 @@ public final class WorkerCore {
 
     // MARK: Commands (run through MediaWorker.perform)
 
-    public func createTransport(id: TransportId, router: RouterId) throws -> TransportDescription {
+    /// A transport for a client (ICE-lite, controlled; DTLS in the role the client's SDP leaves
+    /// us), or with `relayClient` the connecting side of a relay between two nodes: full ICE,
+    /// controlling (it checks the peer's candidates and nominates), DTLS client when its
+    /// `setRemote` says "passive". The other side of a relay is an ordinary transport. Either
+    /// carries producers and consumers alike.
+    public func createTransport(id: TransportId, router: RouterId, relayClient: Bool = false) throws -> TransportDescription {
         assertOnThread()
         let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
         do {
             let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: timeouts)
             let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure, direct: direct,
-                                            agentTimers: agentTimers)
+                                            agentTimers: agentTimers, relayClient: relayClient)
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description

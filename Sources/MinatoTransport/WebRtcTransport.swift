@@ -80,8 +80,14 @@ final class WebRtcTransport {
     /// Where libnice runs the agents' timers (`WorkerCore.agentTimers`; nil: the worker's context).
     private let agentTimers: OpaquePointer?
 
+    /// The connecting side of a relay between nodes (`WorkerCore.createTransport(relayClient:)`):
+    /// a full-ICE controlling agent. Its socket stays with libnice (`refreshDirect`): the
+    /// responses to its own consent checks must reach it.
+    let relayClient: Bool
+
     init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil,
-         agentTimers: OpaquePointer? = nil) {
+         agentTimers: OpaquePointer? = nil, relayClient: Bool = false) {
+        self.relayClient = relayClient
         self.id = id
         self.index = index
         self.worker = worker
@@ -102,7 +108,8 @@ final class WebRtcTransport {
 
     private func makeAgent(context: OpaquePointer, configuration: IceConfiguration) throws -> IceAgent {
         let me = Unmanaged.passUnretained(self).toOpaque()
-        let agent = try IceAgent(context: context, timers: agentTimers, configuration: configuration, owner: me)
+        let agent = try IceAgent(context: context, timers: agentTimers,
+                                 configuration: relayClient ? configuration.forRelayClient : configuration, owner: me)
         agent.onSelectedPairChange(transportSelectedPairChanged, owner: me)
         return agent
     }
@@ -110,7 +117,7 @@ final class WebRtcTransport {
     private func describe(_ agent: IceAgent, runtime: CryptoRuntime, configuration: IceConfiguration) -> TransportDescription {
         TransportDescription(id: id, iceUfrag: agent.localUfrag, icePwd: agent.localPwd,
                              candidates: agent.localCandidates(), fingerprint: runtime.fingerprint,
-                             iceLite: configuration.lite)
+                             iceLite: configuration.lite && !relayClient)
     }
 
     /// Starts an ICE restart (RFC 8445 9): a new agent with fresh credentials and candidates,
@@ -316,7 +323,7 @@ final class WebRtcTransport {
     /// change it (the worker does after ICE and DTLS changes; a new selected pair does here).
     func refreshDirect() {
         guard let direct, context != nil else { return }
-        let eligible = secure.state == .connected && restartingIce == nil && ice != nil
+        let eligible = secure.state == .connected && restartingIce == nil && ice != nil && !relayClient
         if directFd >= 0 {
             if !sender.isResolved, let ice { sender.resolve(ice) }
             let samePair = eligible && sender.fd == directFd && withUnsafePointer(to: sender.peer) { a in
