@@ -33,7 +33,6 @@ struct RelayTransportTests {
         /// The next packet starts a keyframe (the first, and after each PLI, as an encoder would).
         var keyFrameWanted = true
         var sequence: UInt16 = 0
-        var sender: UInt32 = 0
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: 2048, alignment: 16)
         deinit { buffer.deallocate() }
     }
