@@ -84,6 +84,18 @@ struct RelayTransportTests {
         return false
     }
 
+    /// A VP8 producer (`ssrc`, payload type 96) on `from` and its consumer on `to`.
+    static func forward(_ core: WorkerCore, from: TransportId, ssrc: UInt32, to: TransportId, as out: UInt32,
+                        payloadType: UInt8) throws {
+        let p = try core.addProducer(on: from) {
+            ProducerParameters(transport: $0, kind: .video, ssrc: ssrc, payloadType: 96, clockRate: 90_000, codec: .vp8,
+                               keyFrameRequest: .pli)
+        }
+        _ = try core.addConsumer(on: to) {
+            ConsumerParameters(producer: p, transport: $0, ssrc: out, payloadType: payloadType, extensionIds: .identity)
+        }
+    }
+
     @Test("media crosses a relay between two workers (full-ICE DTLS-client side on one), and a PLI crosses it back")
     func mediaAndKeyFrameRequestsCrossARelay() async throws {
         let runtime = try CryptoRuntime()
@@ -159,24 +171,8 @@ struct RelayTransportTests {
 
         // The stream: producer on A, its consumer on A's relay transport; on B a producer on the
         // relay transport with that consumer's SSRC, and the subscriber's consumer of it.
-        try await a.perform { core in
-            let p = try core.addProducer(on: tp) {
-                ProducerParameters(transport: $0, kind: .video, ssrc: RelayTransportTests.publisherSsrc, payloadType: 96, clockRate: 90_000,
-                                   codec: .vp8, keyFrameRequest: .pli)
-            }
-            _ = try core.addConsumer(on: ta) {
-                ConsumerParameters(producer: p, transport: $0, ssrc: RelayTransportTests.relaySsrc, payloadType: 96, extensionIds: .identity)
-            }
-        }
-        try await b.perform { core in
-            let p = try core.addProducer(on: tb) {
-                ProducerParameters(transport: $0, kind: .video, ssrc: RelayTransportTests.relaySsrc, payloadType: 96, clockRate: 90_000,
-                                   codec: .vp8, keyFrameRequest: .pli)
-            }
-            _ = try core.addConsumer(on: ts) {
-                ConsumerParameters(producer: p, transport: $0, ssrc: RelayTransportTests.subscriberSsrc, payloadType: 100, extensionIds: .identity)
-            }
-        }
+        try await a.perform { try Self.forward($0, from: tp, ssrc: Self.publisherSsrc, to: ta, as: Self.relaySsrc, payloadType: 96) }
+        try await b.perform { try Self.forward($0, from: tb, ssrc: Self.relaySsrc, to: ts, as: Self.subscriberSsrc, payloadType: 100) }
 
         // The publisher: a VP8 keyframe, then delta frames, one 300-byte packet every 10 ms.
         let timer = try await client.perform { core in

@@ -184,7 +184,9 @@ def test_chromium_plays_through_the_whep_page(server, chromium, lt, request, cap
         ev = lt.run(pub.conn.wait_event(lambda e: e["type"] == "memberLeft"
                                         and e["data"]["member"]["name"].startswith("whep-"), 10, start))
         assert ev.get("reason") == "left", ev
-        assert page.evaluate("window.whep.status") == "stopped"
+        # The page shows "stopped" once its DELETE was answered (after the server emitted memberLeft).
+        wait_until(lambda: page.evaluate("window.whep.status") == "stopped", 5, "the WHEP page to show stopped",
+                   state=lambda: page.evaluate("[window.whep.status, window.whep.error]"))
         with capsys.disabled():
             print(f"\nChromium WHEP page: 30 frames decoded {first:.2f} s after opening the page")
     finally:
