@@ -107,12 +107,12 @@ public final class WorkerCore {
     let agentTimers: OpaquePointer
     static let agentTimerPeriodMs: Int64 = 20
     static let agentTimerIdleMs: Int64 = 1000
-    private var agentTimerSource: CallbackSource?
+    var agentTimerSource: CallbackSource?
     /// Whether some transport is not connected yet or is restarting ICE (recomputed with the
     /// transport deadlines).
-    private var transportsSettling = true
+    var transportsSettling = true
     /// Times the agent-timer source ran.
-    private(set) var agentTimerWakeups: UInt64 = 0
+    var agentTimerWakeups: UInt64 = 0
     /// Engine transport slot -> transport, for the send path and the direct receiver.
     private(set) var byIndex = ContiguousArray<WebRtcTransport?>()
     /// Plain RTP egress transports (WorkerCore+Plain.swift), by id and by engine slot.
@@ -200,50 +200,6 @@ public final class WorkerCore {
     deinit {
         runAgentTimers(false)   // a core driven without `run` (tests, benchmarks) may still hold it
         g_main_context_unref(agentTimers)
-    }
-
-    /// Attaches (`on`) or removes the worker source that iterates `agentTimers`: attached while
-    /// the worker has transports, so an idle worker still sleeps.
-    func runAgentTimers(_ on: Bool) {
-        if on, agentTimerSource == nil {
-            agentTimerSource = CallbackSource(context: context, callback: { data in
-                guard let data else { return 1 }
-                Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().agentTimersDue()
-                return 1
-            }, owner: Unmanaged.passUnretained(self).toOpaque())
-            transportsSettling = true
-            armAgentTimers(inMs: Self.agentTimerPeriodMs)
-        } else if !on, let s = agentTimerSource {
-            s.destroy()
-            agentTimerSource = nil
-        }
-    }
-
-    private func agentTimersDue() {
-        agentTimerWakeups &+= 1
-        // Whatever is due, without waiting (a few rounds: a timer may make another due).
-        var rounds = 0
-        while rounds < 4, g_main_context_iteration(agentTimers, 0) != 0 { rounds += 1 }
-        if transportsSettling {
-            armAgentTimers(inMs: Self.agentTimerPeriodMs)
-        } else {
-            let next = Int64(minato_main_context_timeout_ms(agentTimers))
-            // -1: no timer at all; 0: one became due meanwhile (run it on the next iteration).
-            armAgentTimers(inMs: next < 0 ? Self.agentTimerIdleMs : min(next, Self.agentTimerIdleMs))
-        }
-    }
-
-    private func armAgentTimers(inMs ms: Int64) {
-        guard let s = agentTimerSource else { return }
-        s.setDeadline(Int64(g_get_monotonic_time()) + ms * 1000)
-    }
-
-    /// Recomputed with the transport deadlines: a transport that started connecting (or an ICE
-    /// restart) brings the agent-timer source back to its short period at once.
-    private func noteSettling(_ settling: Bool) {
-        guard settling != transportsSettling else { return }
-        transportsSettling = settling
-        if settling { armAgentTimers(inMs: Self.agentTimerPeriodMs) }
     }
 
     @inline(__always) func assertOnThread() {
