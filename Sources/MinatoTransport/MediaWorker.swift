@@ -126,15 +126,15 @@ public final class WorkerCore {
     var rtpPacketsSent: UInt64 = 0
     var rtpBytesSent: UInt64 = 0
     var rtcpPacketsSent: UInt64 = 0
-    private var timerWakeups: UInt64 = 0
+    var timerWakeups: UInt64 = 0
 
     // The timer.
-    private var timer: CallbackSource?
+    var timer: CallbackSource?
     /// What the timer is armed for (`.max`: disarmed; 0: must be set again).
-    private var armedFor: Nanoseconds = .max
+    var armedFor: Nanoseconds = .max
     /// The soonest transport deadline, valid while `transportDeadlinesStale` is false.
-    private var transportDeadline: Nanoseconds = .max
-    private var transportDeadlinesStale = false
+    var transportDeadline: Nanoseconds = .max
+    var transportDeadlinesStale = false
 
     init(context: OpaquePointer, runtime: CryptoRuntime, ice: IceConfiguration,
          events: AsyncStream<WorkerEvent>.Continuation, transportTimeout: Nanoseconds, consentTimeout: Nanoseconds = 0,
@@ -474,7 +474,7 @@ public final class WorkerCore {
         transportDeadlinesStale = true
     }
 
-    private func apply(_ update: TransportUpdate, to t: WebRtcTransport) {
+    func apply(_ update: TransportUpdate, to t: WebRtcTransport) {
         switch update {
         case .none: break
         case .connected:
@@ -493,64 +493,5 @@ public final class WorkerCore {
             closeTransport(t.id)
             eventSink.yield(.transportClosed(t.id, reason: reason))
         }
-    }
-
-    // MARK: Timer
-
-    func startTimer() {
-        // Dispatched only by its deadline; the callback says what is due.
-        timer = CallbackSource(context: context, callback: { data in
-            guard let data else { return 0 }
-            Unmanaged<WorkerCore>.fromOpaque(data).takeUnretainedValue().timerFired()
-            return 1
-        }, owner: Unmanaged.passUnretained(self).toOpaque())
-    }
-
-    func stopTimer() {
-        timer?.destroy()
-        timer = nil
-    }
-
-    /// Arms the timer for the soonest deadline (after every loop iteration). O(1) unless a
-    /// transport's deadline may have moved.
-    private func armTimer() {
-        if transportDeadlinesStale {
-            transportDeadlinesStale = false
-            let now = monotonicNow()
-            var soonest: Nanoseconds = .max
-            var settling = false
-            for t in transports.values {
-                soonest = min(soonest, t.deadline(now: now))
-                if !settling, !t.isSettled { settling = true }
-            }
-            transportDeadline = soonest
-            noteSettling(settling)
-        }
-        let due = min(engine.nextDeadline ?? .max, transportDeadline, dataTickAt)
-        guard due != armedFor, let timer else { return }
-        armedFor = due
-        // The deadline is CLOCK_MONOTONIC in microseconds (rounded up: never early).
-        timer.setDeadline(due == .max ? -1 : Int64(clamping: due / 1000 + (due % 1000 == 0 ? 0 : 1)))
-    }
-
-    private func timerFired() {
-        timerWakeups &+= 1
-        armedFor = 0   // the deadline stays in the past until armTimer sets it again
-        let now = monotonicNow()
-        engine.handleTimeout(now: now)
-        if engine.speakerEventsDue {
-            for (router, list) in engine.takeSpeakerEvents(now: now) { eventSink.yield(.activeSpeakers(router, list)) }
-        }
-        if now >= transportDeadline {
-            var failed: [(WebRtcTransport, TransportUpdate)] = []
-            for t in transports.values {
-                let update = t.handleTimeout(now: now)
-                if update != .none { failed.append((t, update)) }
-            }
-            for (t, update) in failed { apply(update, to: t) }
-            transportDeadlinesStale = true
-        }
-        if now >= dataTickAt { dataTick(now: now) }
-        flush()
     }
 }
