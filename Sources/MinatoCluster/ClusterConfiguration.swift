@@ -24,6 +24,15 @@ public struct ClusterConfiguration: Sendable, Equatable {
     /// `cluster.storeTimeoutMs`: how long one call to Redis may take (connect or command)
     /// before it counts as unreachable.
     public var storeTimeoutMs = 1000
+    /// `cluster.cascade`: a member's media is served by the node its client connected to
+    /// (when that node is serving and the room spans fewer than `maxNodesPerRoom` nodes), with
+    /// relays between the room's nodes; false: every member of a room is served by its home node.
+    public var cascade = false
+    /// `cluster.maxNodesPerRoom`: the most nodes that serve one room's members (its home counts).
+    public var maxNodesPerRoom = 4
+    /// `cluster.relayLingerMs`: how long a stream relayed to another node is kept after its
+    /// last subscriber there left (a viewer reloading does not tear it down and set it up again).
+    public var relayLingerMs = 5000
 
     public init() {}
 

@@ -185,7 +185,14 @@ public actor ClusterNode {
     /// and it has not registered again yet, or it is cut off from Redis only: its rooms go on
     /// until it heals), and a node whose link dropped while its lease lives is dialed again.
     private func setLive(_ nodes: [NodeRecord]) {
+        let before = Set(live.keys)
         live = Dictionary(nodes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        // Media served here for rooms of a node that left ends with it (cluster.cascade).
+        let gone = before.subtracting(live.keys).subtracting([nodeId])
+        if !gone.isEmpty {
+            let rooms = self.rooms
+            Task { for node in gone { await rooms.releaseHosted(home: node) } }
+        }
         for n in nodes { known[n.id] = n }
         let involved = Set(gateways.values.flatMap(\.nodes)).union(links.keys)
         for node in involved where node != nodeId && live[node] == nil && !(links[node]?.isUp ?? false) {
@@ -337,6 +344,9 @@ public actor ClusterNode {
         return nil
     }
 
+    /// Whether `node` is live and serving (not draining), as of the last renewal.
+    public func isServing(_ node: String) -> Bool { live[node]?.state == .serving }
+
     /// The URL of `node` as it registered (nil when it is not live).
     public func url(of node: String) -> String? { live[node]?.url }
 
@@ -403,5 +413,20 @@ struct CpuSampler {
         let hz = Double(max(sysconf(Int32(_SC_CLK_TCK)), 1))
         guard seconds > 0 else { return 0 }
         return Double(ticks &- last.ticks) / hz / seconds * 100
+    }
+}
+
+/// The cluster as the room core sees it for rooms across nodes (`RoomService.setMediaNodes`):
+/// media commands and events go over the node links.
+public struct ClusterMediaNodes: MediaNodes {
+    let node: ClusterNode
+    public var nodeId: String { node.nodeId }
+    public var cascade: Bool { node.configuration.cascade }
+    public var maxNodesPerRoom: Int { node.configuration.maxNodesPerRoom }
+    public var relayLingerMs: Int { node.configuration.relayLingerMs }
+    public init(node: ClusterNode) { self.node = node }
+    public func isServing(_ id: String) async -> Bool { await node.isServing(id) }
+    public func call(_ id: String, op: String, params: JSONValue) async -> Result<JSONValue, RoomError> {
+        await node.call(id, op: op, params: params)
     }
 }

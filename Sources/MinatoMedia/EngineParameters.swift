@@ -1,10 +1,10 @@
 public import MinatoWire
 
 /// How a producer is asked for a keyframe (what the publisher negotiated).
-public enum KeyFrameRequestMethod: Sendable { case pli, fir, none }
+public enum KeyFrameRequestMethod: Sendable, Codable { case pli, fir, none }
 
 /// What the engine needs to know about a published stream.
-public struct ProducerParameters: Sendable {
+public struct ProducerParameters: Sendable, Codable {
     public var transport: TransportIndex
     public var kind: MediaKind
     public var ssrc: UInt32
@@ -54,7 +54,7 @@ public struct ProducerParameters: Sendable {
 }
 
 /// What the engine needs to know about one subscriber's copy of a stream.
-public struct ConsumerParameters: Sendable {
+public struct ConsumerParameters: Sendable, Codable {
     public var producer: ProducerId
     public var transport: TransportIndex
     public var ssrc: UInt32

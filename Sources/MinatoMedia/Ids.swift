@@ -2,7 +2,7 @@
 /// engine's slot and that slot's generation. Slots are reused after `removeTransport`; the
 /// generation is bumped when a slot is freed, so an id kept past its removal never reaches
 /// the transport that reuses the slot (the engine treats it as unknown). A plain 8-byte value.
-public struct TransportIndex: Hashable, Sendable, CustomStringConvertible {
+public struct TransportIndex: Hashable, Sendable, Codable, CustomStringConvertible {
     /// Position in the engine's transport table.
     public let slot: UInt32
     /// The slot's generation when this id was handed out.
@@ -20,7 +20,7 @@ public struct RouterId: Hashable, Sendable {
 
 /// A Producer of a `MediaEngine`: slot and generation (see `TransportIndex`). A stale id (its
 /// producer was removed, the slot possibly reused) is a no-op or `unknownProducer`.
-public struct ProducerId: Hashable, Sendable, CustomStringConvertible {
+public struct ProducerId: Hashable, Sendable, Codable, CustomStringConvertible {
     public let slot: UInt32
     public let generation: UInt32
     public init(slot: UInt32, generation: UInt32) { self.slot = slot; self.generation = generation }
@@ -29,7 +29,7 @@ public struct ProducerId: Hashable, Sendable, CustomStringConvertible {
 
 /// A Consumer of a `MediaEngine`: slot and generation (see `TransportIndex`). A stale id is a
 /// no-op or `unknownConsumer`.
-public struct ConsumerId: Hashable, Sendable, CustomStringConvertible {
+public struct ConsumerId: Hashable, Sendable, Codable, CustomStringConvertible {
     public let slot: UInt32
     public let generation: UInt32
     public init(slot: UInt32, generation: UInt32) { self.slot = slot; self.generation = generation }
@@ -39,7 +39,7 @@ public struct ConsumerId: Hashable, Sendable, CustomStringConvertible {
 /// Monotonic time in nanoseconds. The engine never reads a clock: callers pass `now`.
 public typealias Nanoseconds = UInt64
 
-public enum MediaKind: Sendable, Equatable { case audio, video }
+public enum MediaKind: Sendable, Equatable, Codable { case audio, video }
 
 /// Why a packet was not forwarded, counted per reason (never logged per packet) and exported
 /// as `minato_packets_dropped_total{reason=<name>}`. Receive-side reasons count received

@@ -74,9 +74,12 @@ public struct ClientChannel: Sendable {
     public let id: UInt64
     public let send: @Sendable (String) -> Void
     public let close: @Sendable (UInt16, String) -> Void
+    /// The cluster node the client is connected to when that is not this one (the channel is
+    /// a gateway's, over a node link); nil: the client is connected here.
+    public let node: String?
     public init(id: UInt64, send: @escaping @Sendable (String) -> Void,
-                close: @escaping @Sendable (UInt16, String) -> Void = { _, _ in }) {
-        self.id = id; self.send = send; self.close = close
+                close: @escaping @Sendable (UInt16, String) -> Void = { _, _ in }, node: String? = nil) {
+        self.id = id; self.send = send; self.close = close; self.node = node
     }
 }
 
@@ -104,6 +107,14 @@ final class Room {
     var subscriptions: [RoomSubscription] = []
     let worker: Int
     let router: RouterId
+    /// Relays between the sites serving the room, by their pair (RoomService+Relays).
+    var relays: [RelayKey: RoomRelay] = [:]
+    /// Publications sent over a relay to another site, by (publication, site).
+    var forwards: [ForwardKey: RelayForward] = [:]
+    /// The next SSRC a relayed stream gets (two per stream: media and RTX).
+    var nextRelaySsrc = UInt32.random(in: 0x1000_0000...0x7000_0000)
+    /// The sites that serve a member now (`.home` always counts).
+    var sites: Set<MediaSite> { Set(members.map(\.site)).union([.home]) }
     /// Connections that asked for events with subscribeRoomEvents.
     var listeners: [UInt64: ClientChannel] = [:]
     /// Since when the room has had no member (nil: it has one): after `rooms.emptyTimeoutSec`
@@ -181,6 +192,10 @@ final class LocalSFURoomMember {
     /// from another connection (`keepalive`) needs it. 256 random bits, hex.
     let reconnectSecret: String
 
+    /// Where its transports, producers and consumers live (`cluster.cascade`: the node its
+    /// client connected to; otherwise the room's home).
+    var site: MediaSite = .home
+
     /// The send connection (the client offers): its transport and the client's parameters.
     var send = PeerTransport()
     /// The receive connection (the server offers): its transport and its offer/answer state.
@@ -241,7 +256,9 @@ final class RoomPublication {
     let stream: PublishedStream?
     let maxSubscribers: Int
     let encodings: [JSONValue]
+    /// Its producer, on `site` (the publisher's).
     var producer: ProducerId?
+    var site: MediaSite = .home
     /// A data publication (`contentType` "data"): its channel's label on the publisher's send
     /// connection and the reliability its subscribers' channels get. Nil for media.
     let data: DataPublication?
@@ -286,7 +303,11 @@ final class RoomSubscription {
     let mid: String
     let ssrc: UInt32
     var preferredEncodingId: String?
+    /// Its consumer, on `site` (the subscriber's), and the relayed stream it consumes when the
+    /// publication is on another site (released when the subscription ends).
     var consumer: ConsumerId?
+    var site: MediaSite = .home
+    var forward: ForwardKey?
     /// Audio forwarded whatever `rooms.audio.forwardLoudest` chooses (`subscribe {pinned: true}`).
     var pinned = false
     /// A data subscription whose channel the worker was told to open (after the answer).

@@ -134,8 +134,9 @@ extension RoomService {
     /// each publication's layers and each subscription's current and target layer.
     public func adminRoomStats(_ roomId: String) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
-        let producers = room.publications.compactMap { p in p.producer.map { (p.id, $0) } }
-        let consumers = room.subscriptions.compactMap { s in s.consumer.map { (s.id, $0) } }
+        // Streams served by another node (cluster.cascade) are not in these statistics yet.
+        let producers = room.publications.compactMap { p in p.site == .home ? p.producer.map { (p.id, $0) } : nil }
+        let consumers = room.subscriptions.compactMap { s in s.site == .home ? s.consumer.map { (s.id, $0) } : nil }
         let worker = workers[room.worker]
         let stats = try? await worker.perform { core -> ([(String, ProducerStats)], [(String, ConsumerStats)]) in
             (producers.compactMap { id, p in core.producerStats(p).map { (id, $0) } },

@@ -61,6 +61,7 @@ extension RoomService {
             }
         }
         try check()
+        try dataServedHere(member)
         let (local, answer) = try await answerSendOffer(sd, of: member, in: room)
         try stillJoined(member, room)
         try check()
@@ -88,7 +89,7 @@ extension RoomService {
     func startDataSubscriptions(_ subs: [RoomSubscription], answer sd: SessionDescription, of member: LocalSFURoomMember,
                                 in room: Room, transport tid: TransportId) async throws {
         guard !subs.isEmpty else { return }
-        guard let mid = member.recvSlots.data?.mid, let m = sd.media.first(where: { $0.mid == mid }),
+        guard member.site == .home, let mid = member.recvSlots.data?.mid, let m = sd.media.first(where: { $0.mid == mid }),
               SdpData.isDataChannelSection(m) else {
             for sub in subs { endSubscription(sub, in: room, offerToSubscriber: true, reason: "dataNotSupported") }
             return

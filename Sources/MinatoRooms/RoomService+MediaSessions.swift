@@ -386,7 +386,7 @@ extension RoomService {
         guard let session = member.mediaSession, let stream = pub.stream,
               let i = session.egress.firstIndex(where: { $0.kind == pub.contentType && $0.subscriptionId == nil }),
               session.egress[i].codec.codec == stream.codec.codec.codec,
-              let producer = pub.producer, let tid = member.recv.description?.id else { return }
+              pub.producer != nil, let tid = member.recv.description?.id else { return }
         // The publication may have ended while the caller awaited the worker.
         guard room.publications.contains(where: { $0 === pub }) else { return }
         if room.subscriptions.filter({ $0.publicationId == pub.id }).count >= pub.maxSubscribers {
@@ -408,18 +408,29 @@ extension RoomService {
         let map = ids, ssrc = line.ssrc, pt = line.codec.payloadType
         let rtxSsrc = line.rtxPayloadType == nil ? nil : line.rtxSsrc, rtxPt = line.rtxPayloadType
         let twcc = line.extensions.first { $0.uri == RtpHeaderExtension.transportWideCC.uri }?.id ?? 0
-        let consumer = try await onWorker(room) { core in
-            try core.addConsumer(on: tid) { index in
-                var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
-                                           rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
-                c.transportSequenceExtensionId = twcc
-                // A WHEP player watches one member: its audio is never left out for not being
-                // among the room's loudest (rooms.audio.forwardLoudest).
-                c.pinned = true
-                return c
-            }
+        // A WHEP player is served here; a publication served by another node comes over a relay.
+        let (producer, forward) = try await self.producer(of: pub, at: member.site, in: room)
+        var c = ConsumerParameters(producer: producer, transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc, payloadType: pt,
+                                   extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
+        c.transportSequenceExtensionId = twcc
+        // A WHEP player watches one member: its audio is never left out for not being
+        // among the room's loudest (rooms.audio.forwardLoudest).
+        c.pinned = true
+        let consumer: ConsumerId
+        do {
+            consumer = try remoteConsumer(await onSite(member.site, room, .addConsumer(tid, c)))
+        } catch {
+            if let forward { releaseForward(forward, in: room) }
+            throw error
         }
-        if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }
+        if room.subscription(sub.id) == nil {
+            postSite(member.site, room, .removeConsumer(consumer))
+            if let forward { releaseForward(forward, in: room) }
+        } else {
+            sub.consumer = consumer
+            sub.site = member.site
+            sub.forward = forward
+        }
     }
 
     /// A new publication: every egress session following its publisher by name takes it into

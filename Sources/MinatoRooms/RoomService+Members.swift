@@ -43,6 +43,7 @@ extension RoomService {
             return existing
         }
         _ = try check()
+        let site = await site(forMemberOn: channel, in: room)
         if let hash = room.password {
             guard let password, await checkPassword(hash, password, channel: channel) else { throw RoomError.wrongPassword() }
         }
@@ -50,11 +51,17 @@ extension RoomService {
         let member = LocalSFURoomMember(id: newId(), name: name, metadata: metadata, type: type,
                                         roomId: room.id, channel: channel, keepaliveIntervalSec: interval,
                                         keepaliveIntervalGapSec: gap, now: clock.now)
+        // The room may have grown onto other nodes meanwhile (cluster.maxNodesPerRoom).
+        if let nodes = mediaNodes, !room.sites.contains(site), room.sites.count >= nodes.maxNodesPerRoom {
+            member.site = .home
+        } else {
+            member.site = site
+        }
         room.members.append(member)
         room.emptySince = nil
         armSweep()
         emit(room, "memberJoined", ["member": member.json])
-        logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)"])
+        logger.info("member joined", metadata: ["room": "\(room.id)", "member": "\(member.id)", "site": "\(member.site)"])
         return JoinResult(member: member.json, room: room.json, reconnectSecret: member.reconnectSecret,
                           iceServers: configuration.iceServers.servers(for: member.id, now: Date()))
     }
@@ -136,11 +143,9 @@ extension RoomService {
         member.failAllWaiters()
         for pub in room.publications where pub.publisherId == member.id { unpublish(pub, in: room) }
         for sub in room.subscriptions where sub.subscriberId == member.id { endSubscription(sub, in: room, offerToSubscriber: false) }
-        let worker = workers[room.worker]
         for t in [member.send.description, member.recv.description].compactMap({ $0 }) {
-            transportOwners[t.id] = nil
-            let id = t.id
-            worker.post { $0.closeTransport(id) }
+            if member.site == .home { transportOwners[t.id] = nil }
+            postSite(member.site, room, .closeTransport(t.id))
         }
         if let secret = member.mediaSession?.secret {
             mediaSessions[secret] = nil
@@ -199,6 +204,7 @@ extension RoomService {
         case .activeSpeakers(let router, let list):
             speakersChanged(router: router, list)
         case .transportClosed(let id, let reason):
+            if hostedTransportClosed(id, reason: reason) || homeRelayTransportClosed(id, reason: reason) { return }
             guard let owner = transportOwners[id], let room = rooms.first(where: { $0.id == owner.room }),
                   let member = room.member(owner.member) else { return }
             logger.info("transport closed", metadata: ["member": "\(member.id)", "reason": "\(reason)"])

@@ -75,6 +75,10 @@ extension RoomService {
         guard let stream = pub.stream, let producer = pub.producer else {
             throw RoomError(code: 409, name: "notForwardable", detail: "Publication '\(publicationId.prefix(80))' has no audio or video stream.")
         }
+        guard pub.site == .home else {
+            throw RoomError(code: 409, name: "notForwardable",
+                            detail: "Publication '\(publicationId.prefix(80))' is served by another node of the cluster (cluster.cascade); plain RTP egress of it is not available yet.")
+        }
         guard plainEgresses.count < configuration.plainMaxTransports else {
             throw RoomError.limitExceeded("At most \(configuration.plainMaxTransports) plain RTP transports may exist (media.plain.maxTransports).")
         }

@@ -56,27 +56,24 @@ extension RoomService {
         let (local, answer) = try await answerSendOffer(sd, remote: parsed?.remote, answers: parsed?.answers ?? true, of: member, in: room)
         let tid = local.id
         let kind: MediaKind = contentType == "audio" ? .audio : .video
-        let producer = try await onWorker(room) { core in
-            try core.addProducer(on: tid) { index in
-                var p = ProducerParameters(transport: index, kind: kind, ssrc: stream.ssrc, rtxSsrc: stream.rtxSsrc,
-                                   payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
-                                   codec: stream.codec.videoCodec, keyFrameRequest: stream.codec.keyFrameRequest,
-                                   paused: !r.isEnabled, rtxPayloadType: stream.rtxPayloadType,
-                                   redPayloadType: stream.redPayloadType, nack: stream.nack,
-                                   rids: layers, ridExtensionId: stream.ridExtensionId,
-                                   repairedRidExtensionId: stream.repairedRidExtensionId)
-                p.transportSequenceExtensionId = stream.transportSequenceExtensionId
-                p.audioLevelExtensionId = stream.audioLevelExtensionId
-                return p
-            }
-        }
+        var parameters = ProducerParameters(transport: TransportIndex(slot: 0, generation: 0), kind: kind, ssrc: stream.ssrc,
+                                            rtxSsrc: stream.rtxSsrc, payloadType: stream.codec.payloadType,
+                                            clockRate: stream.codec.clockRate, codec: stream.codec.videoCodec,
+                                            keyFrameRequest: stream.codec.keyFrameRequest, paused: !r.isEnabled,
+                                            rtxPayloadType: stream.rtxPayloadType, redPayloadType: stream.redPayloadType,
+                                            nack: stream.nack, rids: layers, ridExtensionId: stream.ridExtensionId,
+                                            repairedRidExtensionId: stream.repairedRidExtensionId)
+        parameters.transportSequenceExtensionId = stream.transportSequenceExtensionId
+        parameters.audioLevelExtensionId = stream.audioLevelExtensionId
+        let site = member.site
+        let producer = try remoteProducer(await onSite(site, room, .addProducer(tid, parameters)))
         guard !member.removed, rooms.contains(where: { $0 === room }) else {
-            workers[room.worker].post { $0.removeProducer(producer) }
+            postSite(site, room, .removeProducer(producer))
             throw RoomError.memberNotFound(member.id)
         }
         // Committed from here on, with no suspension: a request refused now leaves no producer.
         do { try check() } catch {
-            workers[room.worker].post { $0.removeProducer(producer) }
+            postSite(site, room, .removeProducer(producer))
             throw error
         }
         // Simulcast without `encodings`: the layers are the publication's encodings, so
@@ -87,6 +84,7 @@ extension RoomService {
                                   encodings: listed.map(\.json))
         pub.layers = layers
         pub.producer = producer
+        pub.site = site
         room.publications.append(pub)
         emit(room, "streamPublished", ["publication": pub.json])
         await followPublication(pub, in: room)
@@ -145,7 +143,8 @@ extension RoomService {
         let answer = try SdpNegotiation.answerPublisherOffer(sd, local: local, version: member.sendVersion, sessionId: member.sessionId,
                                                              maxMessageSize: member.mediaSession == nil ? configuration.data.maxMessageBytes : nil)
         // A data-channel section taken in the answer: the transport's SCTP association.
-        if member.mediaSession == nil, let m = sd.media.first(where: SdpData.isDataChannelSection) {
+        // (Not on another node's transport: data publications there are refused.)
+        if member.mediaSession == nil, member.site == .home, let m = sd.media.first(where: SdpData.isDataChannelSection) {
             let port = SdpData.sctpPort(m), tid = local.id
             try await onWorker(room) { core in try core.enableData(on: tid, remotePort: port) }
         }
@@ -172,7 +171,10 @@ extension RoomService {
     func setEnabled(_ pub: RoomPublication, _ enable: Bool, in room: Room) {
         guard pub.enabled != enable else { return }
         pub.enabled = enable
-        if let p = pub.producer { workers[room.worker].post { $0.setPaused(p, !enable) } }
+        if let p = pub.producer { postSite(pub.site, room, .setPaused(p, !enable)) }
+        for f in room.forwards.values where f.key.publication == pub.id {
+            if let p = f.producer { postSite(f.key.site, room, .setPaused(p, !enable)) }
+        }
         if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.setDataPublicationEnabled(pid, enable) } }
         emit(room, enable ? "publicationEnabled" : "publicationDisabled", ["publication": pub.json])
     }
@@ -184,7 +186,8 @@ extension RoomService {
         plainEgressPublicationEnded(pub.id)
         plainIngressPublicationEnded(pub.id)
         playbackPublicationEnded(pub.id)
-        if let producer = pub.producer { workers[room.worker].post { $0.removeProducer(producer) } }
+        stopForwards(of: pub, in: room)
+        if let producer = pub.producer { postSite(pub.site, room, .removeProducer(producer)) }
         if pub.data != nil { let pid = pub.id; workers[room.worker].post { $0.removeDataPublication(pid) } }
         room.publications.removeAll { $0 === pub }
         emit(room, "streamUnpublished", ["publication": pub.json])
@@ -201,8 +204,7 @@ extension RoomService {
         let max = configuration.maxRemoteCandidates, held = configuration.maxPendingCandidateBytes
         let action = try member.mutateTransport(direction) { t throws(RoomError) in try t.trickle(candidate, maxCount: max, maxHeldBytes: held) }
         guard case .apply(let d, let c) = action else { return }
-        let id = d.id
-        try await onWorker(room) { core in try core.addRemoteCandidate(id, c) }
+        _ = try await onSite(member.site, room, .addRemoteCandidate(d.id, c))
     }
 
     // MARK: Transports
@@ -225,8 +227,7 @@ extension RoomService {
                     // The member's other connection runs over the same path: its measured round
                     // trip paces NACKs on this one too (a publisher's transport measures none).
                     if let other = (direction == .send ? member.recv : member.send).description?.id {
-                        let id = d.id
-                        workers[room.worker].post { $0.pairTransports(id, other) }
+                        postSite(member.site, room, .pairTransports(d.id, other))
                     }
                     return d
                 } catch {
@@ -241,12 +242,20 @@ extension RoomService {
         guard transportOwners.count + transportsBeingCreated < configuration.maxTransports else {
             throw RoomError.limitExceeded("The server has its maximum of \(configuration.maxTransports) media transports (media.maxTransports).")
         }
+        if member.site != .home {
+            // Made on the node the member is served by; that node counts it against its limit.
+            let d = try remoteTransport(await onSite(member.site, room, .createTransport(relayClient: false)))
+            if member.removed || !rooms.contains(where: { $0 === room }) {
+                postSite(member.site, room, .closeTransport(d.id))
+                throw RoomError.memberNotFound(member.id)
+            }
+            return d
+        }
         transportsBeingCreated += 1
         defer { transportsBeingCreated -= 1 }
         let id = TransportId(nextTransportId)
         nextTransportId &+= 1
-        let router = room.router
-        let description = try await onWorker(room) { core in try core.createTransport(id: id, router: router) }
+        let description = try remoteTransport(await onSite(.home, room, .createTransport(relayClient: false), newTransport: id))
         if member.removed || !rooms.contains(where: { $0 === room }) {
             workers[room.worker].post { $0.closeTransport(id) }
             throw RoomError.memberNotFound(member.id)
@@ -268,15 +277,14 @@ extension RoomService {
         for c in held {
             if let c { remote.candidates.append(c) } else { remote.endOfCandidates = true }
         }
-        let r = remote
-        try await onWorker(room) { core in try core.setRemote(id, r) }
+        _ = try await onSite(member.site, room, .setRemote(id, remote))
     }
 
     /// Restarts ICE on the member's transport for `direction` (`WorkerCore.restartIce`) and
     /// returns its new description; the client's next description is applied to it.
     func restartIce(_ direction: ConnectionDirection, of member: LocalSFURoomMember, in room: Room,
                     transport id: TransportId) async throws -> TransportDescription {
-        let d = try await onWorker(room) { core in try core.restartIce(id) }
+        let d = try remoteTransport(await onSite(member.site, room, .restartIce(id)))
         try stillJoined(member, room)
         guard member.mutateTransport(direction, { $0.description?.id }) == id else {
             throw RoomError.internalError("The connection changed during the ICE restart; try again.")
@@ -285,6 +293,14 @@ extension RoomService {
         Counter(label: "minato_ice_restarts_requested_total", dimensions: [("direction", direction.rawValue)]).increment()
         logger.info("ICE restart", metadata: ["member": "\(member.id)", "direction": "\(direction.rawValue)", "transport": "\(id)"])
         return d
+    }
+
+    /// Data channels run on the room's home node only (for now): a member served by another
+    /// node (`cluster.cascade`) gets a clear error.
+    func dataServedHere(_ member: LocalSFURoomMember) throws(RoomError) {
+        guard member.site == .home else {
+            throw RoomError.invalidParameter("Data channels are not available to a member served by another node of the cluster (cluster.cascade) yet.")
+        }
     }
 
     /// Runs `body` on the room's media worker; its failures become `RoomError`s with sentences

@@ -115,9 +115,10 @@ extension RoomService {
         let pub = room.publication(sub.publicationId)
         try Validate.preferredEncoding(preferredEncodingId, of: pub)
         sub.preferredEncodingId = preferredEncodingId
-        if let pub, let consumer = sub.consumer, pub.layers.count > 1 {
+        // A relayed stream carries one layer (the relay's own estimate chose it).
+        if let pub, let consumer = sub.consumer, pub.layers.count > 1, sub.forward == nil {
             let cap = pub.layerCap(preferredEncodingId: preferredEncodingId)
-            workers[room.worker].post { $0.setPreferredLayer(consumer, cap) }
+            postSite(sub.site, room, .setPreferredLayer(consumer, cap))
         }
     }
 
@@ -146,7 +147,7 @@ extension RoomService {
         let sections = sd.mediaIndicesByMid
         try await startDataSubscriptions(accepted.filter { $0.contentType == "data" }, answer: sd, of: member, in: room, transport: tid)
         for sub in accepted where room.subscription(sub.id) != nil && sub.consumer == nil && sub.contentType != "data" {
-            guard let pub = room.publication(sub.publicationId), let stream = pub.stream, let producer = pub.producer else { continue }
+            guard let pub = room.publication(sub.publicationId), let stream = pub.stream, pub.producer != nil else { continue }
             let slot = member.recvSlots.slot(carrying: sub.id)
             let section = slot.flatMap { sections[$0.mid] }.map { sd.media[$0] }
             guard let slot, SfuSdp.acceptance(of: slot.stream, section: section).codec else {
@@ -161,23 +162,38 @@ extension RoomService {
             let ssrc = sub.ssrc, pt = stream.codec.payloadType
             let formats = slot.acceptedFormats(in: section)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
-            let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
-            let pinned = sub.pinned
-            let consumer = try await onWorker(room) { core in
-                try core.addConsumer(on: tid) { index in
-                    var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: map,
-                                               rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: redPt, preferredLayer: cap)
-                    c.transportSequenceExtensionId = RtpHeaderExtension.transportWideCC.receiverId ?? 0
-                    c.pinned = pinned
-                    return c
-                }
+            let site = member.site
+            let (producer, forward) = try await self.producer(of: pub, at: site, in: room)
+            // A relayed stream has one layer: no cap.
+            let cap = forward == nil ? pub.layerCap(preferredEncodingId: sub.preferredEncodingId) : nil
+            var c = ConsumerParameters(producer: producer, transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc,
+                                       payloadType: pt, extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt,
+                                       redPayloadType: redPt, preferredLayer: cap)
+            c.transportSequenceExtensionId = RtpHeaderExtension.transportWideCC.receiverId ?? 0
+            c.pinned = sub.pinned
+            let consumer: ConsumerId
+            do {
+                consumer = try remoteConsumer(await onSite(site, room, .addConsumer(tid, c)))
+            } catch {
+                if let forward { releaseForward(forward, in: room) }
+                throw error
             }
-            if room.subscription(sub.id) == nil { workers[room.worker].post { $0.removeConsumer(consumer) } } else { sub.consumer = consumer }
+            if room.subscription(sub.id) == nil || sub.consumer != nil {
+                postSite(site, room, .removeConsumer(consumer))
+                if let forward { releaseForward(forward, in: room) }
+            } else {
+                sub.consumer = consumer
+                sub.site = site
+                sub.forward = forward
+            }
         }
     }
 
     func endSubscription(_ sub: RoomSubscription, in room: Room, offerToSubscriber: Bool, reason: String? = nil) {
-        if let c = sub.consumer { workers[room.worker].post { $0.removeConsumer(c) } }
+        if let c = sub.consumer { postSite(sub.site, room, .removeConsumer(c)) }
+        sub.consumer = nil
+        if let f = sub.forward { releaseForward(f, in: room) }
+        sub.forward = nil
         if sub.contentType == "data" {
             let sid = sub.id
             workers[room.worker].post { $0.removeDataSubscription(sid) }

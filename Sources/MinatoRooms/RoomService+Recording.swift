@@ -127,6 +127,9 @@ extension RoomService {
             guard let codec = p.stream?.codec.codec.codec, p.producer != nil else {
                 throw Self.notRecordable("Publication '\(p.id.prefix(80))' is not audio or video with media flowing.")
             }
+            guard p.site == .home else {
+                throw Self.notRecordable("Publication '\(p.id.prefix(80))' is served by another node of the cluster (cluster.cascade); recording it is not available yet.")
+            }
             guard codec != .av1 else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is AV1, which the recorder does not take.") }
             guard p.enabled else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is disabled: it sends nothing to record.") }
         }

@@ -102,6 +102,7 @@ extension RoomService {
     /// Closes `room`: every member leaves (reason `roomClosed`), then the `closed` event, with
     /// `reason` when given (`emptyTimeout` for a room the sweep closed).
     func close(_ room: Room, reason: String? = nil) {
+        releaseSites(of: room)
         // Members hear `closed` too (after their memberLeft), not only event listeners.
         for m in room.members {
             if let c = m.channel { room.listeners[c.id] = c }

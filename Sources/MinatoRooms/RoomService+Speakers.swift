@@ -12,7 +12,7 @@ extension RoomService {
         guard let room = rooms.first(where: { $0.router == router }) else { return }
         var speakers: [JSONValue] = []
         for s in list {
-            guard let pub = room.publications.first(where: { $0.producer == s.producer }) else { continue }
+            guard let pub = room.publications.first(where: { $0.site == .home && $0.producer == s.producer }) else { continue }
             // Three decimals: the level is a smoothed estimate, not a measurement to the last bit.
             let level = (Double(s.level) * 1000).rounded() / 1000
             speakers.append(["memberId": .string(pub.publisherId), "publicationId": .string(pub.id),

@@ -58,6 +58,14 @@ public actor RoomService {
     var playbacks: [Playback] = []
     /// Told when a room opens or closes (the cluster records where rooms are); nil = nobody.
     var roomObserver: (@Sendable (RoomLifecycle) -> Void)?
+    /// The other nodes, for rooms across nodes (RoomService+Sites); nil on a single node.
+    var mediaNodes: (any MediaNodes)?
+    /// Media this node serves for rooms homed on other nodes, by `HostedMedia.key`, and the
+    /// owner of each transport made for them.
+    var hosted: [String: HostedMedia] = [:]
+    var hostedTransports: [TransportId: String] = [:]
+    /// Commands to other nodes that need no answer, in order, one queue per node.
+    var remotePosts: [String: AsyncStream<JSONValue>.Continuation] = [:]
 
     public init(configuration: RoomConfiguration, workers: [MediaWorker], logger: Logger, verifier: TokenVerifier? = nil) {
         self.configuration = configuration

@@ -73,6 +73,7 @@ public final class MinatoServer: Sendable {
                                               commandTimeoutMs: configuration.cluster.storeTimeoutMs)
             self.cluster = await ClusterNode(configuration: configuration.cluster, nodeId: nodeId, store: store, rooms: rooms,
                                              linkMaxFrameBytes: configuration.linkMaxFrameBytes, logger: logger)
+            if let cluster = self.cluster { await rooms.setMediaNodes(ClusterMediaNodes(node: cluster)) }
         } else {
             self.cluster = nil
         }

@@ -68,7 +68,8 @@ struct NodeLinkHost: Sendable {
                     case .open(let ch, let token):
                         let id = nextConnectionId()
                         let channel = ClientChannel(id: id, send: { send(.message(channel: ch, text: $0)) },
-                                                    close: { code, reason in send(.closed(channel: ch, code: code, reason: reason)) })
+                                                    close: { code, reason in send(.closed(channel: ch, code: code, reason: reason)) },
+                                                    node: peer)
                         let previous = channels.entries.withLock { e -> ClientChannel? in
                             let old = e[ch]
                             e[ch] = channel
@@ -108,7 +109,7 @@ struct NodeLinkHost: Sendable {
                     case .call(let id, let op, let ch, let params):
                         let channel = ch.flatMap { c in channels.entries.withLock { $0[c] } }
                         group.addTask {
-                            send(.reply(id: id, result: await call(op, params: params, channel: channel)))
+                            send(.reply(id: id, result: await call(op, params: params, channel: channel, peer: peer)))
                         }
                     case .reply, .closed:
                         Counter(label: "minato_cluster_link_frames_dropped_total", dimensions: [("reason", "unexpected")]).increment()
@@ -126,8 +127,13 @@ struct NodeLinkHost: Sendable {
     }
 
     /// A node-internal request.
-    private func call(_ op: String, params: JSONValue, channel: ClientChannel?) async -> Result<JSONValue, RoomError> {
+    private func call(_ op: String, params: JSONValue, channel: ClientChannel?, peer: String) async -> Result<JSONValue, RoomError> {
         switch op {
+        case "media":
+            // A room homed on the peer has members (or a relay) served here (cluster.cascade).
+            return await rooms.hostMedia(from: peer, params: params)
+        case "mediaEvent":
+            return await rooms.mediaEvent(from: peer, params: params)
         case "adminListRooms":
             var rooms = await self.rooms.adminListRooms()["rooms"]?.arrayValue ?? []
             for i in rooms.indices { rooms[i] = rooms[i].with("nodeId", .string(nodeId)) }

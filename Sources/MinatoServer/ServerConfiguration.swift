@@ -463,6 +463,9 @@ struct ConfigKey: Sendable {
         .int("cluster.leaseMs", 300...600_000, { $0.cluster.leaseMs }) { $0.cluster.leaseMs = $1 },
         .int("cluster.drainTimeoutSec", 0...86_400, { $0.cluster.drainTimeoutSec }) { $0.cluster.drainTimeoutSec = $1 },
         .int("cluster.storeTimeoutMs", 50...60_000, { $0.cluster.storeTimeoutMs }) { $0.cluster.storeTimeoutMs = $1 },
+        .bool("cluster.cascade", { $0.cluster.cascade }) { $0.cluster.cascade = $1 },
+        .int("cluster.maxNodesPerRoom", 1...64, { $0.cluster.maxNodesPerRoom }) { $0.cluster.maxNodesPerRoom = $1 },
+        .int("cluster.relayLingerMs", 0...600_000, { $0.cluster.relayLingerMs }) { $0.cluster.relayLingerMs = $1 },
     ]
 }
 

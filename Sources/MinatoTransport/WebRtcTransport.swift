@@ -7,14 +7,14 @@ internal import MinatoMedia
 internal import MinatoWire
 
 /// Identifies a WebRTC connection across threads (made by the control plane, unique per process).
-public struct TransportId: Hashable, Sendable, CustomStringConvertible {
+public struct TransportId: Hashable, Sendable, Codable, CustomStringConvertible {
     public let rawValue: UInt64
     public init(_ rawValue: UInt64) { self.rawValue = rawValue }
     public var description: String { "transport-\(rawValue)" }
 }
 
 /// What the server puts in its SDP for one transport.
-public struct TransportDescription: Sendable {
+public struct TransportDescription: Sendable, Codable {
     public let id: TransportId
     public let iceUfrag: String
     public let icePwd: String
@@ -26,7 +26,7 @@ public struct TransportDescription: Sendable {
 }
 
 /// The remote side's transport parameters from its SDP.
-public struct RemoteTransportParameters: Sendable {
+public struct RemoteTransportParameters: Sendable, Codable {
     public var iceUfrag: String
     public var icePwd: String
     public var fingerprintAlgorithm: String

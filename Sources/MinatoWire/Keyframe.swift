@@ -1,5 +1,5 @@
 /// Video codecs whose RTP payload format this module understands for keyframe detection.
-public enum VideoCodecKind: Sendable, Equatable {
+public enum VideoCodecKind: Sendable, Equatable, Codable {
     case vp8, vp9, h264, av1, other
 
     /// Maps a video rtpmap encoding name (case-insensitive) to a codec kind through the codec

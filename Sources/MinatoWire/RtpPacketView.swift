@@ -230,7 +230,7 @@ extension RtpPacketView {
 /// A fixed-size (no heap) table from incoming RFC 8285 extension ids to outgoing ones, with
 /// 15 slots for ids 1...15. Unset entries are 0, meaning "erase". Two-byte-form ids above 15
 /// are erased unless `keepsHighIds` is true (only `identity` sets it). A plain value.
-public struct ExtensionIdMap: Sendable, Equatable {
+public struct ExtensionIdMap: Sendable, Equatable, Codable {
     // Slot k (ids 0...15) lives in byte k of the 128-bit pair (low, high).
     @usableFromInline var low: UInt64 = 0
     @usableFromInline var high: UInt64 = 0

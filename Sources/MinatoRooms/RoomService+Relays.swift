@@ -1,0 +1,231 @@
+internal import MinatoMedia
+internal import MinatoTransport
+internal import Metrics
+
+/// The two sites of a relay; `a` is the connecting side (full ICE, controlling, DTLS client):
+/// the one whose node id sorts first.
+struct RelayKey: Hashable, CustomStringConvertible {
+    let a: MediaSite
+    let b: MediaSite
+    var description: String { "\(a)-\(b)" }
+}
+
+/// A publication sent to another site: its stream there is a producer of that site's relay
+/// transport, fed by a consumer on the publication's site.
+struct ForwardKey: Hashable {
+    let publication: String
+    let site: MediaSite
+}
+
+/// One relay between two sites of a room: a WebRTC transport on each (ICE, DTLS, SRTP), made
+/// on first need and kept while the room lives. Owned by its `Room`.
+final class RoomRelay {
+    let key: RelayKey
+    var transports: [MediaSite: TransportId] = [:]
+    /// Its setup (both transports made and given each other's parameters).
+    var ready: Task<Void, any Error>?
+    init(key: RelayKey) { self.key = key }
+}
+
+/// One publication sent over a relay to one site, shared by every subscription there:
+/// reference-counted, and kept `cluster.relayLingerMs` after the last one ends.
+final class RelayForward {
+    let key: ForwardKey
+    let source: MediaSite
+    /// The producer on `key.site` its subscribers consume, once made.
+    var ready: Task<ProducerId, any Error>?
+    var producer: ProducerId?
+    /// The consumer on `source`'s relay transport.
+    var consumer: ConsumerId?
+    var users = 0
+    var linger: Task<Void, Never>?
+    init(key: ForwardKey, source: MediaSite) { self.key = key; self.source = source }
+}
+
+/// Relays between the sites of a room (CLUSTER.md "One room across nodes"): one per pair of
+/// sites, made lazily from Minato's own transports, and one stream per (publication, site)
+/// over it however many subscribers that site has. Keyframe requests travel back through each
+/// hop's consumer and producer (each hop's keyframe requester coalesces them); NACK/RTX and
+/// RTCP reports are per hop, as for any transport.
+extension RoomService {
+    func relayKey(_ x: MediaSite, _ y: MediaSite) -> RelayKey {
+        nodeName(x) < nodeName(y) ? RelayKey(a: x, b: y) : RelayKey(a: y, b: x)
+    }
+
+    /// The producer `sub` on `site` consumes for `pub`: its own when it is on that site,
+    /// otherwise the relayed stream's (made on first use; each call holds one reference,
+    /// given back with `releaseForward`).
+    func producer(of pub: RoomPublication, at site: MediaSite, in room: Room) async throws(RoomError) -> (ProducerId, ForwardKey?) {
+        guard let p = pub.producer else { throw RoomError.internalError("The publication has no media stream.") }
+        if pub.site == site { return (p, nil) }
+        let key = ForwardKey(publication: pub.id, site: site)
+        let f: RelayForward
+        if let existing = room.forwards[key] {
+            f = existing
+        } else {
+            f = RelayForward(key: key, source: pub.site)
+            room.forwards[key] = f
+            f.ready = Task { try await self.startForward(f, of: pub, producer: p, in: room) }
+        }
+        f.users += 1
+        f.linger?.cancel()
+        f.linger = nil
+        do {
+            guard let ready = f.ready else { throw RoomError.internalError("The relayed stream was stopped.") }
+            return (try await ready.value, key)
+        } catch {
+            f.users -= 1
+            if f.users <= 0, room.forwards[key] === f { stopForward(f, in: room) }
+            if let e = error as? RoomError { throw e }
+            throw RoomError.internalError("The stream could not be relayed to the node serving this member.")
+        }
+    }
+
+    private func startForward(_ f: RelayForward, of pub: RoomPublication, producer p: ProducerId, in room: Room) async throws -> ProducerId {
+        let started = clock.now
+        let relay = try await relay(pub.site, f.key.site, in: room)
+        guard let stream = pub.stream, let from = relay.transports[pub.site], let to = relay.transports[f.key.site] else {
+            throw RoomError.internalError("The relay has no transport on one of its sites.")
+        }
+        let ssrc = room.nextRelaySsrc
+        room.nextRelaySsrc = room.nextRelaySsrc &+ 2 == 0 ? 0x1000_0000 : room.nextRelaySsrc &+ 2
+        let kind: MediaKind = pub.contentType == "audio" ? .audio : .video
+        let placeholder = TransportIndex(slot: 0, generation: 0)
+        let rtx: UInt32? = stream.rtxPayloadType == nil ? nil : ssrc &+ 1
+        var pp = ProducerParameters(transport: placeholder, kind: kind, ssrc: ssrc, rtxSsrc: rtx,
+                                    payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
+                                    codec: stream.codec.videoCodec, keyFrameRequest: kind == .video ? .pli : .none,
+                                    paused: !pub.enabled, rtxPayloadType: stream.rtxPayloadType,
+                                    redPayloadType: stream.redPayloadType, nack: stream.nack)
+        pp.transportSequenceExtensionId = stream.transportSequenceExtensionId
+        pp.audioLevelExtensionId = stream.audioLevelExtensionId
+        let relayed = try remoteProducer(await onSite(f.key.site, room, .addProducer(to, pp)))
+        f.producer = relayed
+        guard room.forwards[f.key] === f else {
+            postSite(f.key.site, room, .removeProducer(relayed))
+            throw RoomError.internalError("The relayed stream was stopped.")
+        }
+        var cp = ConsumerParameters(producer: p, transport: placeholder, ssrc: ssrc, payloadType: stream.codec.payloadType,
+                                    extensionIds: .identity, rtxSsrc: rtx, rtxPayloadType: stream.rtxPayloadType,
+                                    redPayloadType: stream.redPayloadType)
+        cp.transportSequenceExtensionId = stream.transportSequenceExtensionId
+        // Every audio stream crosses (each site chooses its own loudest).
+        cp.pinned = true
+        let c = try remoteConsumer(await onSite(pub.site, room, .addConsumer(from, cp)))
+        f.consumer = c
+        guard room.forwards[f.key] === f else {
+            postSite(pub.site, room, .removeConsumer(c))
+            throw RoomError.internalError("The relayed stream was stopped.")
+        }
+        Counter(label: "minato_cluster_relay_forwards_total").increment()
+        Timer(label: "minato_cluster_relay_forward_setup_seconds").recordNanoseconds(Self.nanoseconds(clock.now - started))
+        logger.info("publication relayed", metadata: ["room": "\(room.id)", "publication": "\(pub.id)",
+                                                       "from": "\(pub.site)", "to": "\(f.key.site)"])
+        return relayed
+    }
+
+    static func nanoseconds(_ d: Duration) -> Int64 {
+        let (s, atto) = d.components
+        return s &* 1_000_000_000 &+ atto / 1_000_000_000
+    }
+
+    /// The relay between `x` and `y`, made (and connected) on first use.
+    func relay(_ x: MediaSite, _ y: MediaSite, in room: Room) async throws -> RoomRelay {
+        let key = relayKey(x, y)
+        let relay: RoomRelay
+        if let existing = room.relays[key] {
+            relay = existing
+        } else {
+            relay = RoomRelay(key: key)
+            room.relays[key] = relay
+            relay.ready = Task { try await self.setUp(relay, in: room) }
+        }
+        guard let ready = relay.ready else { throw RoomError.internalError("The relay was closed.") }
+        try await ready.value
+        return relay
+    }
+
+    private func setUp(_ relay: RoomRelay, in room: Room) async throws {
+        let started = clock.now
+        do {
+            let client = relay.key.a, server = relay.key.b
+            let c = try remoteTransport(await onSite(client, room, .createTransport(relayClient: true),
+                                                     newTransport: newRelayTransportId(client)))
+            relay.transports[client] = c.id
+            let s = try remoteTransport(await onSite(server, room, .createTransport(relayClient: false),
+                                                     newTransport: newRelayTransportId(server)))
+            relay.transports[server] = s.id
+            guard room.relays[relay.key] === relay else { throw RoomError.internalError("The relay was closed.") }
+            _ = try await onSite(server, room, .setRemote(s.id, c.remote(setup: "active")))
+            _ = try await onSite(client, room, .setRemote(c.id, s.remote(setup: "passive")))
+        } catch {
+            relayFailed(relay, in: room, reason: "\(error)")
+            throw error
+        }
+        Counter(label: "minato_cluster_relays_created_total").increment()
+        Timer(label: "minato_cluster_relay_setup_seconds").recordNanoseconds(Self.nanoseconds(clock.now - started))
+        logger.info("relay made", metadata: ["room": "\(room.id)", "relay": "\(relay.key)"])
+    }
+
+    private func newRelayTransportId(_ site: MediaSite) -> TransportId {
+        guard site == .home else { return TransportId(0) }
+        let id = TransportId(nextTransportId)
+        nextTransportId &+= 1
+        return id
+    }
+
+    /// Gives back one reference `producer(of:at:in:)` took; the last one stops the relayed
+    /// stream after `cluster.relayLingerMs` unless a subscriber takes it again.
+    func releaseForward(_ key: ForwardKey, in room: Room) {
+        guard let f = room.forwards[key] else { return }
+        f.users -= 1
+        guard f.users <= 0, f.linger == nil else { return }
+        let linger = Duration.milliseconds(mediaNodes?.relayLingerMs ?? 0)
+        f.linger = Task {
+            try? await Task.sleep(for: linger)
+            guard !Task.isCancelled, room.forwards[key] === f, f.users <= 0 else { return }
+            self.stopForward(f, in: room)
+        }
+    }
+
+    /// Stops a relayed stream now (its publication ended, or nobody uses it).
+    func stopForward(_ f: RelayForward, in room: Room) {
+        if room.forwards[f.key] === f { room.forwards[f.key] = nil }
+        f.linger?.cancel()
+        f.ready = nil
+        if let c = f.consumer { postSite(f.source, room, .removeConsumer(c)) }
+        if let p = f.producer { postSite(f.key.site, room, .removeProducer(p)) }
+        f.consumer = nil
+        f.producer = nil
+    }
+
+    /// Every relayed stream of `pub` stops (it was unpublished).
+    func stopForwards(of pub: RoomPublication, in room: Room) {
+        for f in room.forwards.values where f.key.publication == pub.id { stopForward(f, in: room) }
+    }
+
+    /// A relay's transport closed or its setup failed: its transports close and its streams
+    /// stop (the subscribers they fed see no more media from that site).
+    func relayFailed(_ relay: RoomRelay, in room: Room, reason: String) {
+        guard room.relays[relay.key] === relay else { return }
+        room.relays[relay.key] = nil
+        relay.ready = nil
+        for (site, id) in relay.transports { postSite(site, room, .closeTransport(id)) }
+        for f in room.forwards.values where [relay.key.a, relay.key.b].contains(f.source) && [relay.key.a, relay.key.b].contains(f.key.site) {
+            stopForward(f, in: room)
+        }
+        Counter(label: "minato_cluster_relay_failures_total").increment()
+        logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)"])
+    }
+
+    /// A transport of this node's worker closed that belongs to a relay of one of its rooms.
+    func homeRelayTransportClosed(_ id: TransportId, reason: TransportCloseReason) -> Bool {
+        for room in rooms {
+            if let relay = room.relays.values.first(where: { $0.transports[.home] == id }) {
+                relayFailed(relay, in: room, reason: "\(reason)")
+                return true
+            }
+        }
+        return false
+    }
+}
