@@ -187,11 +187,17 @@ public actor ClusterNode {
     private func setLive(_ nodes: [NodeRecord]) {
         let before = Set(live.keys)
         live = Dictionary(nodes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        // Media served here for rooms of a node that left ends with it (cluster.cascade).
+        // Media served here for rooms of a node that left ends with it, and members of rooms
+        // here that it served leave (cluster.cascade).
         let gone = before.subtracting(live.keys).subtracting([nodeId])
         if !gone.isEmpty {
             let rooms = self.rooms
-            Task { for node in gone { await rooms.releaseHosted(home: node) } }
+            Task {
+                for node in gone {
+                    await rooms.releaseHosted(home: node)
+                    await rooms.siteFailed(node)
+                }
+            }
         }
         for n in nodes { known[n.id] = n }
         let involved = Set(gateways.values.flatMap(\.nodes)).union(links.keys)

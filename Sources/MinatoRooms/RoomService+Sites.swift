@@ -222,6 +222,24 @@ extension RoomService {
 
     // MARK: The home side
 
+    /// `node` left the cluster (its lease lapsed): the members it served leave (reason
+    /// `nodeFailed`; their clients rejoin through another node), its relays close, and the
+    /// rest of each room goes on.
+    public func siteFailed(_ node: String) {
+        let site = MediaSite.node(node)
+        for room in rooms {
+            for relay in room.relays.values where relay.key.a == site || relay.key.b == site {
+                relayFailed(relay, in: room, reason: "node \(node) left the cluster")
+            }
+            for m in room.members where m.site == site {
+                Counter(label: "minato_cluster_members_lost_total").increment()
+                removeMember(m, from: room, reason: "nodeFailed")
+            }
+        }
+        remotePosts.removeValue(forKey: node)?.finish()
+        flushOutbox()
+    }
+
     /// A `mediaEvent` from `node`: one of the transports it serves for a room here closed.
     public func mediaEvent(from node: String, params: JSONValue) -> Result<JSONValue, RoomError> {
         guard let roomId = params["room"]?.stringValue, let raw = params["transport"]?.intValue, raw >= 0 else {

@@ -69,6 +69,7 @@ LEASE_MS = 2000
 NS_PREFIX = "minato-c"
 _NS_PATTERN = re.compile(r"^minato-c(?:br|redis|n\d+)-(\d+)$")
 CUT_TABLE = "minato_cut"
+LOSS_TABLE = "minato_link_loss"
 
 
 def node_addr(i: int) -> str:
@@ -650,6 +651,43 @@ class Cluster:
         if i not in self._cut:
             return out
         listing = json.loads(self._in(self.node_ns[i], nft_binary(), "-j", "list", "table", "netdev", CUT_TABLE))
+        for item in listing["nftables"]:
+            rule = item.get("rule")
+            if rule and rule.get("comment") in out:
+                for expr in rule["expr"]:
+                    if "counter" in expr:
+                        out[rule["comment"]] = expr["counter"]["packets"]
+        return out
+
+    def lossy_link(self, i: int, j: int, percent: float) -> None:
+        """Random loss of `percent` of the UDP datagrams between nodes i and j, each way: in each
+        node's namespace an ingress rule on eth0 drops that share of what comes from the other
+        (comment "loss"; counted). Both eth0s split UDP GSO messages before sending
+        (gso_max_segs 1), so one drop loses one datagram, as on a lossy link (impair.py)."""
+        per_mille = int(round(percent * 10))
+        for a, b in ((i, j), (j, i)):
+            self._in(self.node_ns[a], "ip", "link", "set", "eth0", "gso_max_segs", "1")
+            self._in(self.node_ns[a], nft_binary(), "-f", "-", input=f"""add table netdev {LOSS_TABLE}
+delete table netdev {LOSS_TABLE}
+table netdev {LOSS_TABLE} {{
+    chain lossy {{
+        type filter hook ingress device "eth0" priority 0; policy accept;
+        ip saddr {node_addr(b)} meta l4proto udp counter comment "seen"
+        ip saddr {node_addr(b)} meta l4proto udp numgen random mod 1000 < {per_mille} counter drop comment "dropped"
+    }}
+}}
+""")
+
+    def heal_link(self, i: int, j: int) -> None:
+        """Undoes lossy_link(i, j)."""
+        for a in (i, j):
+            self._in(self.node_ns[a], nft_binary(), "-f", "-",
+                     input=f"add table netdev {LOSS_TABLE}\ndelete table netdev {LOSS_TABLE}\n")
+
+    def loss_counters(self, i: int) -> dict[str, int]:
+        """What lossy_link's rule in node i's namespace saw and dropped: {"seen": n, "dropped": n}."""
+        out = {"seen": 0, "dropped": 0}
+        listing = json.loads(self._in(self.node_ns[i], nft_binary(), "-j", "list", "table", "netdev", LOSS_TABLE))
         for item in listing["nftables"]:
             rule = item.get("rule")
             if rule and rule.get("comment") in out:

@@ -20,12 +20,14 @@ artifacts/interop/cascade-*.log).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, Optional
 
 import pytest
 
 from cluster import Cluster, node_addr, request, running_cluster, sdp_candidate_addresses
+from impair import drop_rate_problem
 from media import SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Member, create_room, run_async, unique_name
 from waiting import await_until
@@ -55,13 +57,17 @@ def run(c: Cluster, coro: Any, timeout: float) -> None:
     assert not dead, f"node(s) {['n%d' % i for i in dead]} died during the test\n{c.describe()}"
 
 
-def counters(c: Cluster, i: int) -> dict[str, float]:
-    """Node i's RTP packet counters (received from publishers, forwarded to subscribers)."""
+RTP_COUNTERS = ("minato_rtp_packets_received_total", "minato_rtp_packets_forwarded_total")
+
+
+def counters(c: Cluster, i: int, names: tuple[str, ...] = RTP_COUNTERS) -> dict[str, float]:
+    """Node i's counters `names` (by default RTP packets received from publishers and forwarded
+    to subscribers); a counter not exported yet is 0."""
     r = request("GET", c.node_url(i) + "/metrics", bearer=c.admin_secret)
     assert r.status == 200, f"n{i} /metrics: {r.status} {r.text[:200]}"
-    out = {}
+    out = {name: 0.0 for name in names}
     for line in r.text.splitlines():
-        for name in ("minato_rtp_packets_received_total", "minato_rtp_packets_forwarded_total"):
+        for name in names:
             if line.startswith(name + " "):
                 out[name] = float(line.split()[1])
     return out
@@ -169,3 +175,176 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
                 await m.close()
 
     run(c, body(), timeout=90)
+
+
+def test_publisher_served_by_another_node(cascade):
+    """(d) A joins through a node that is not the room's and publishes there: subscribers
+    through the room's node and through the third node decode >= 90% of its frames."""
+    c = cascade
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cascade-pub"))
+        rid = room["id"]
+        h = await host_of(c, rid)
+        o1, o2 = [i for i in NODES if i != h]
+        members: list[Member] = []
+        sinks: list[VideoSink] = []
+        try:
+            a = await Member.join(c.ws_url(o1), rid, "A"); members.append(a)
+            video = SyntheticVideoTrack()
+            pub = await a.publish(video, codec="video/VP8")
+            cands = sdp_candidate_addresses(a.send_pc.remoteDescription.sdp)
+            assert set(cands) == {node_addr(o1)}, \
+                f"A (socket on n{o1}, room on n{h}): the publish answer's candidates are {cands}, expected n{o1}'s"
+            for node in (h, o2):
+                m = await Member.join(c.ws_url(node), rid, f"S{node}"); members.append(m)
+                s = await m.subscribe(pub.id)
+                sinks.append(VideoSink(s.track, m.label))
+            for s in sinks:
+                if not await s.wait_frames(3, 10):
+                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s (A on n{o1}, room on n{h})")
+            result = await measure_window(video, sinks, window=3.0)
+            print(f"A on n{o1}, room on n{h}: decoded/sent {result}")
+            for s in sinks:
+                decoded, sent = result[s.name]
+                assert sent >= 45, f"A sent only {sent} frames in 3 s"
+                assert decoded >= 0.9 * sent, f"{s.name}: decoded {decoded}/{sent} of A's frames (< 90%)"
+        finally:
+            for s in sinks:
+                s.stop()
+            for m in members:
+                await m.close()
+
+    run(c, body(), timeout=60)
+
+
+def test_loss_on_one_relay_is_repaired_per_hop(cascade):
+    """(e) 2% random loss each way between the room's node and another (nftables on both ends
+    of that link): the three subscribers on the far node decode >= 99% of A's frames (NACK/RTX
+    on the relay hop)."""
+    c = cascade
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cascade-loss"))
+        rid = room["id"]
+        h = await host_of(c, rid)
+        far = [i for i in NODES if i != h][-1]
+        members: list[Member] = []
+        sinks: list[VideoSink] = []
+        try:
+            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
+            video = SyntheticVideoTrack()
+            pub = await a.publish(video, codec="video/VP8")
+            for k in range(3):
+                m = await Member.join(c.ws_url(far), rid, f"L{k}"); members.append(m)
+                s = await m.subscribe(pub.id)
+                sinks.append(VideoSink(s.track, m.label))
+            for s in sinks:
+                if not await s.wait_frames(3, 10):
+                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s")
+            repair = ("minato_rtcp_nacks_sent_total", "minato_rtp_packets_retransmitted_total")
+            before = {i: await in_thread(counters, c, i, repair) for i in (h, far)}
+            c.lossy_link(h, far, 2.0)
+            try:
+                await asyncio.sleep(1.0)
+                result = await measure_window(video, sinks, window=8.0)
+                counted = {i: c.loss_counters(i) for i in (h, far)}
+            finally:
+                c.heal_link(h, far)
+            after = {i: await in_thread(counters, c, i, repair) for i in (h, far)}
+            nacks = after[far][repair[0]] - before[far][repair[0]]
+            resent = after[h][repair[1]] - before[h][repair[1]]
+            print(f"2% loss n{h}<->n{far}: decoded/sent {result}; nft {counted}; "
+                  f"NACKs sent by n{far} {nacks:.0f}, packets resent by n{h} {resent:.0f}")
+            assert nacks > 0 and resent > 0, \
+                f"the relay hop repaired nothing: n{far} sent {nacks} NACKs, n{h} resent {resent} packets"
+            both = {k: sum(x[k] for x in counted.values()) for k in ("seen", "dropped")}
+            problem = drop_rate_problem(both, 0.02)
+            assert not problem, f"the loss rules n{h}<->n{far}: {problem} ({counted})"
+            for s in sinks:
+                decoded, sent = result[s.name]
+                assert sent >= 120, f"A sent only {sent} frames in 8 s"
+                assert decoded >= 0.99 * sent, f"{s.name}: decoded {decoded}/{sent} of A's frames (< 99%) " \
+                                               f"with 2% loss on the relay n{h}<->n{far}"
+        finally:
+            for s in sinks:
+                s.stop()
+            for m in members:
+                await m.close()
+
+    run(c, body(), timeout=60)
+
+
+def test_node_serving_part_of_a_room_killed(cascade):
+    """(f) SIGKILL a node that serves subscribers of a room homed elsewhere: the subscriber on
+    the third node keeps decoding with no gap over 1 s, and the room sees the killed node's
+    member leave with reason nodeFailed. The node is started again afterwards."""
+    c = cascade
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cascade-kill"))
+        rid = room["id"]
+        h = await host_of(c, rid)
+        keep, doomed = [i for i in NODES if i != h]
+        members: list[Member] = []
+        sinks: list[VideoSink] = []
+        try:
+            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
+            video = SyntheticVideoTrack()
+            pub = await a.publish(video, codec="video/VP8")
+            survivor = await Member.join(c.ws_url(keep), rid, "survivor"); members.append(survivor)
+            lost = await Member.join(c.ws_url(doomed), rid, "lost"); members.append(lost)
+            for m in (survivor, lost):
+                s = await m.subscribe(pub.id)
+                sinks.append(VideoSink(s.track, m.label))
+            for s in sinks:
+                if not await s.wait_frames(3, 10):
+                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s")
+            watch = sinks[0]
+            gaps: list[float] = []
+            last = [watch.frames, time.monotonic()]
+
+            async def watch_gaps() -> None:
+                while True:
+                    await asyncio.sleep(0.05)
+                    now = time.monotonic()
+                    if watch.frames != last[0]:
+                        gaps.append(now - last[1])
+                        last[0], last[1] = watch.frames, now
+            watcher = asyncio.ensure_future(watch_gaps())
+            try:
+                killed_at = time.monotonic()
+                await in_thread(c.kill_node, doomed)
+
+                def left() -> bool:
+                    return any(e.get("type") == "memberLeft" and e.get("reason") == "nodeFailed"
+                               and (e.get("data") or {}).get("member", {}).get("id") == lost.id for e in a.conn.events)
+                await await_until(left, 10, f"memberLeft (nodeFailed) for the member served by killed n{doomed}")
+                print(f"memberLeft nodeFailed {time.monotonic() - killed_at:.2f} s after SIGKILL of n{doomed}")
+                frames_then = watch.frames
+                await asyncio.sleep(2.0)
+            finally:
+                watcher.cancel()
+            assert watch.frames >= frames_then + 40, \
+                f"survivor on n{keep}: {watch.frames - frames_then} frames in the 2 s after n{doomed}'s members left"
+            worst = max(gaps) if gaps else None
+            print(f"survivor on n{keep}: longest gap between decoded frames {worst:.3f} s")
+            assert worst is not None and worst < 1.0, f"survivor on n{keep}: a {worst} s gap in decoded frames"
+        finally:
+            for s in sinks:
+                s.stop()
+            for m in members:
+                with contextlib.suppress(Exception):
+                    await m.close()
+
+    try:
+        try:
+            run_async(body(), timeout=60)
+        except BaseException:
+            print(c.describe())
+            raise
+    finally:
+        for i in NODES:
+            if not c.alive(i):
+                c.start_node(i, MINATO_CLUSTER_CASCADE="true", MINATO_CLUSTER_RELAY_LINGER_MS="5000")
+                c.wait_ready(i)
