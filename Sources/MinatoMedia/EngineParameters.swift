@@ -33,6 +33,11 @@ public struct ProducerParameters: Sendable, Codable {
     /// (RFC 8852); 0: not negotiated.
     public var ridExtensionId: UInt8
     public var repairedRidExtensionId: UInt8
+    /// Simulcast with SSRCs known in advance (a relay between nodes, whose sending side chose
+    /// them): layer i is bound to `layerSsrcs[i]` (and `layerRtxSsrcs[i]`, when given) at once
+    /// instead of by RID. Either empty or one per RID.
+    public var layerSsrcs: [UInt32] = []
+    public var layerRtxSsrcs: [UInt32] = []
     /// The publisher's header extension id of the transport-wide sequence number; nonzero:
     /// the engine sends it transport-wide feedback for its transport (every stream on it).
     public var transportSequenceExtensionId: UInt8 = 0

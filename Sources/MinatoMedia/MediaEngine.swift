@@ -346,11 +346,20 @@ public final class MediaEngine {
         return producerId(Int(id))
     }
 
-    /// One slot per RID, SSRCs unbound until their first packet (`bindByRid`); the lowest
+    /// One slot per RID, SSRCs unbound until their first packet (`bindByRid`) unless declared
+    /// (`layerSsrcs`, a relay); the lowest
     /// layer's id stands for the producer.
     private func addSimulcastProducer(_ parameters: ProducerParameters) throws(MediaError) -> ProducerId {
         let ts = Int(parameters.transport.slot)
-        guard parameters.kind == .video, parameters.ridExtensionId != 0 else { throw .simulcastUnsupported }
+        let declared = !parameters.layerSsrcs.isEmpty
+        guard parameters.kind == .video, parameters.ridExtensionId != 0 || declared else { throw .simulcastUnsupported }
+        if declared {
+            let all = parameters.layerSsrcs + parameters.layerRtxSsrcs
+            guard parameters.layerSsrcs.count == parameters.rids.count,
+                  parameters.layerRtxSsrcs.isEmpty || parameters.layerRtxSsrcs.count == parameters.rids.count,
+                  Set(all).count == all.count else { throw .simulcastUnsupported }
+            for entry in transports[ts].receiveSsrcs where all.contains(entry.ssrc) { throw .ssrcInUse(entry.ssrc) }
+        }
         var layer = parameters
         layer.ssrc = 0
         layer.rtxSsrc = nil
@@ -360,6 +369,15 @@ public final class MediaEngine {
             producers[Int(slot)].layer = i
             producers[Int(slot)].group = slots[0]
             producers[Int(slot)].rid = ContiguousArray(parameters.rids[i].utf8)
+            if declared {
+                producers[Int(slot)].parameters.ssrc = parameters.layerSsrcs[i]
+                transports[ts].receiveSsrcs.append((parameters.layerSsrcs[i], slot))
+                if parameters.rtxPayloadType != nil, !parameters.layerRtxSsrcs.isEmpty {
+                    producers[Int(slot)].parameters.rtxSsrc = parameters.layerRtxSsrcs[i]
+                    transports[ts].receiveSsrcs.append((parameters.layerRtxSsrcs[i], -1 - slot))
+                }
+                continue
+            }
             transports[ts].unboundRids.append((slot, false))
             if parameters.rtxPayloadType != nil, parameters.repairedRidExtensionId != 0 {
                 transports[ts].unboundRids.append((slot, true))

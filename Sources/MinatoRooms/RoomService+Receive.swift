@@ -115,8 +115,7 @@ extension RoomService {
         let pub = room.publication(sub.publicationId)
         try Validate.preferredEncoding(preferredEncodingId, of: pub)
         sub.preferredEncodingId = preferredEncodingId
-        // A relayed stream carries one layer (the relay's own estimate chose it).
-        if let pub, let consumer = sub.consumer, pub.layers.count > 1, sub.forward == nil {
+        if let pub, let consumer = sub.consumer, pub.layers.count > 1 {
             let cap = pub.layerCap(preferredEncodingId: preferredEncodingId)
             postSite(sub.site, room, .setPreferredLayer(consumer, cap))
         }
@@ -164,8 +163,7 @@ extension RoomService {
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
             let site = member.site
             let (producer, forward) = try await self.producer(of: pub, at: site, in: room)
-            // A relayed stream has one layer: no cap.
-            let cap = forward == nil ? pub.layerCap(preferredEncodingId: sub.preferredEncodingId) : nil
+            let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
             var c = ConsumerParameters(producer: producer, transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc,
                                        payloadType: pt, extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt,
                                        redPayloadType: redPt, preferredLayer: cap)

@@ -35,8 +35,8 @@ final class RelayForward {
     /// The producer on `key.site` its subscribers consume, once made.
     var ready: Task<ProducerId, any Error>?
     var producer: ProducerId?
-    /// The consumer on `source`'s relay transport.
-    var consumer: ConsumerId?
+    /// The consumers on `source`'s relay transport: one, or one per simulcast layer.
+    var consumers: [ConsumerId] = []
     var users = 0
     var linger: Task<Void, Never>?
     init(key: ForwardKey, source: MediaSite) { self.key = key; self.source = source }
@@ -87,17 +87,30 @@ extension RoomService {
         guard let stream = pub.stream, let from = relay.transports[pub.site], let to = relay.transports[f.key.site] else {
             throw RoomError.internalError("The relay has no transport on one of its sites.")
         }
-        let ssrc = room.nextRelaySsrc
-        room.nextRelaySsrc = room.nextRelaySsrc &+ 2 == 0 ? 0x1000_0000 : room.nextRelaySsrc &+ 2
+        // One stream per layer (a simulcast publication's every layer crosses; each node's
+        // consumers choose among them), each with a media and an RTX SSRC of its own.
+        let layers = max(pub.layers.count, 1)
+        var ssrcs: [UInt32] = []
+        for _ in 0..<layers {
+            ssrcs.append(room.nextRelaySsrc)
+            room.nextRelaySsrc = room.nextRelaySsrc &+ 2 == 0 ? 0x1000_0000 : room.nextRelaySsrc &+ 2
+        }
         let kind: MediaKind = pub.contentType == "audio" ? .audio : .video
         let placeholder = TransportIndex(slot: 0, generation: 0)
-        let rtx: UInt32? = stream.rtxPayloadType == nil ? nil : ssrc &+ 1
-        var pp = ProducerParameters(transport: placeholder, kind: kind, ssrc: ssrc, rtxSsrc: rtx,
+        let rtx = stream.rtxPayloadType != nil
+        var pp = ProducerParameters(transport: placeholder, kind: kind, ssrc: ssrcs[0], rtxSsrc: rtx ? ssrcs[0] &+ 1 : nil,
                                     payloadType: stream.codec.payloadType, clockRate: stream.codec.clockRate,
                                     codec: stream.codec.videoCodec, keyFrameRequest: kind == .video ? .pli : .none,
                                     paused: !pub.enabled, rtxPayloadType: stream.rtxPayloadType,
                                     redPayloadType: stream.redPayloadType, nack: stream.nack)
-        pp.transportSequenceExtensionId = stream.transportSequenceExtensionId
+        if pub.layers.count > 1 {
+            pp.rids = pub.layers
+            pp.ridExtensionId = stream.ridExtensionId
+            pp.layerSsrcs = ssrcs
+            if rtx { pp.layerRtxSsrcs = ssrcs.map { $0 &+ 1 } }
+        }
+        // No transport-wide feedback on a relay: every layer crosses whatever an estimate of
+        // the relay would say (the far node's subscribers have estimates of their own).
         pp.audioLevelExtensionId = stream.audioLevelExtensionId
         let relayed = try remoteProducer(await onSite(f.key.site, room, .addProducer(to, pp)))
         f.producer = relayed
@@ -105,17 +118,19 @@ extension RoomService {
             postSite(f.key.site, room, .removeProducer(relayed))
             throw RoomError.internalError("The relayed stream was stopped.")
         }
-        var cp = ConsumerParameters(producer: p, transport: placeholder, ssrc: ssrc, payloadType: stream.codec.payloadType,
-                                    extensionIds: .identity, rtxSsrc: rtx, rtxPayloadType: stream.rtxPayloadType,
-                                    redPayloadType: stream.redPayloadType)
-        cp.transportSequenceExtensionId = stream.transportSequenceExtensionId
-        // Every audio stream crosses (each site chooses its own loudest).
-        cp.pinned = true
-        let c = try remoteConsumer(await onSite(pub.site, room, .addConsumer(from, cp)))
-        f.consumer = c
-        guard room.forwards[f.key] === f else {
-            postSite(pub.site, room, .removeConsumer(c))
-            throw RoomError.internalError("The relayed stream was stopped.")
+        for (layer, ssrc) in ssrcs.enumerated() {
+            var cp = ConsumerParameters(producer: p, transport: placeholder, ssrc: ssrc, payloadType: stream.codec.payloadType,
+                                        extensionIds: .identity, rtxSsrc: rtx ? ssrc &+ 1 : nil,
+                                        rtxPayloadType: stream.rtxPayloadType, redPayloadType: stream.redPayloadType,
+                                        preferredLayer: pub.layers.count > 1 ? layer : nil)
+            // Every audio stream crosses (each site chooses its own loudest).
+            cp.pinned = true
+            let c = try remoteConsumer(await onSite(pub.site, room, .addConsumer(from, cp)))
+            f.consumers.append(c)
+            guard room.forwards[f.key] === f else {
+                postSite(pub.site, room, .removeConsumer(c))
+                throw RoomError.internalError("The relayed stream was stopped.")
+            }
         }
         Counter(label: "minato_cluster_relay_forwards_total").increment()
         Timer(label: "minato_cluster_relay_forward_setup_seconds").recordNanoseconds(Self.nanoseconds(clock.now - started))
@@ -193,9 +208,9 @@ extension RoomService {
         if room.forwards[f.key] === f { room.forwards[f.key] = nil }
         f.linger?.cancel()
         f.ready = nil
-        if let c = f.consumer { postSite(f.source, room, .removeConsumer(c)) }
+        for c in f.consumers { postSite(f.source, room, .removeConsumer(c)) }
         if let p = f.producer { postSite(f.key.site, room, .removeProducer(p)) }
-        f.consumer = nil
+        f.consumers = []
         f.producer = nil
     }
 

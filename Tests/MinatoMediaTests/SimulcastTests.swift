@@ -149,6 +149,31 @@ import MinatoWire
         #expect(e.drops(.unknownSsrc) == before + 1)
     }
 
+    /// A relay's simulcast producer: its layers' SSRCs are declared, so packets without any RID
+    /// are taken at once, each as its layer; a wrong declaration is refused.
+    @Test func declaredLayerSsrcsNeedNoRid() throws {
+        let h = EngineHarness()
+        var p = ProducerParameters(transport: h.publisher, kind: .video, ssrc: 0, payloadType: 96, clockRate: 90_000,
+                                   codec: .vp8, keyFrameRequest: .pli, rtxPayloadType: 97, nack: true, rids: Self.rids)
+        p.layerSsrcs = [0xD1, 0xD3, 0xD5]
+        p.layerRtxSsrcs = [0xD2, 0xD4, 0xD6]
+        var wrong = p
+        wrong.layerSsrcs = [0xD1, 0xD3]
+        #expect(throws: MediaError.self) { try h.engine.addProducer(wrong) }
+        var duplicate = p
+        duplicate.layerRtxSsrcs = [0xD1, 0xD4, 0xD6]
+        #expect(throws: MediaError.self) { try h.engine.addProducer(duplicate) }
+        let producer = try h.engine.addProducer(p)
+        for (i, ssrc) in p.layerSsrcs.enumerated() {
+            var packet = Self.packet(ssrc: ssrc, seq: UInt16(10 + i), ts: 1, rid: nil, pictureId: 1, tl0: 1, keyframe: true)
+            packet.withUnsafeMutableBytes { h.engine.handleRtp(from: h.publisher, packet: $0, now: h.now) }
+        }
+        let stats = try #require(h.engine.producerStats(producer))
+        #expect(stats.layers.map(\.ssrc) == p.layerSsrcs.map { Optional($0) })
+        #expect(stats.layers.map(\.packetsReceived) == [1, 1, 1])
+        #expect(h.engine.drops(.unknownSsrc) == 0)
+    }
+
     @Test func aConsumerStartsOnTheHighestLayerAtItsKeyframe() throws {
         let pub = try Publisher()
         let (c, plis) = try pub.subscribe()
