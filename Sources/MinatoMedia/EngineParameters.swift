@@ -100,7 +100,7 @@ public struct Transmit {
     public let length: Int
 }
 
-public struct ProducerStats: Sendable {
+public struct ProducerStats: Sendable, Codable {
     public var packetsReceived: UInt64, bytesReceived: UInt64, keyFrameRequests: UInt64
     /// Generic NACK packets sent to the publisher, and missing packets that arrived later.
     public var nacksSent: UInt64 = 0, packetsRecovered: UInt64 = 0
@@ -120,7 +120,7 @@ public struct ProducerStats: Sendable {
 }
 
 /// One simulcast layer of a producer (`ProducerStats.layers`).
-public struct LayerStats: Sendable, Equatable {
+public struct LayerStats: Sendable, Equatable, Codable {
     public var rid: String
     public var ssrc: UInt32?
     public var packetsReceived: UInt64
@@ -130,7 +130,7 @@ public struct LayerStats: Sendable, Equatable {
     public var temporalLayers: Int = 0
     public var temporalBitrates: [Int] = []
 }
-public struct ConsumerStats: Sendable {
+public struct ConsumerStats: Sendable, Codable {
     public var packetsSent: UInt64, bytesSent: UInt64
     /// NACK packets received from the subscriber and packets resent to it.
     public var nacksReceived: UInt64 = 0, packetsRetransmitted: UInt64 = 0

@@ -37,6 +37,8 @@ public enum MediaCommand: Sendable, Codable {
     case requestKeyFrame(ProducerId)
     case pairTransports(TransportId, TransportId)
     case closeTransport(TransportId)
+    /// Statistics of these producers and consumers (nil for one that is gone).
+    case stats(producers: [ProducerId], consumers: [ConsumerId])
 
     /// The transport the command acts on, if it names one.
     var transport: TransportId? {
@@ -46,7 +48,7 @@ public enum MediaCommand: Sendable, Codable {
             return t
         case .pairTransports(let a, _):
             return a
-        case .createTransport, .removeProducer, .removeConsumer, .setPaused, .setPreferredLayer, .requestKeyFrame:
+        case .createTransport, .removeProducer, .removeConsumer, .setPaused, .setPreferredLayer, .requestKeyFrame, .stats:
             return nil
         }
     }
@@ -88,6 +90,8 @@ public enum MediaCommand: Sendable, Codable {
             core.pairTransports(a, b)
         case .closeTransport(let t):
             core.closeTransport(t)
+        case .stats(let producers, let consumers):
+            return .stats(producers: producers.map { core.producerStats($0) }, consumers: consumers.map { core.consumerStats($0) })
         }
         return .done
     }
@@ -109,6 +113,7 @@ public enum MediaReply: Sendable, Codable {
     case transport(TransportDescription)
     case producer(ProducerId)
     case consumer(ConsumerId)
+    case stats(producers: [ProducerStats?], consumers: [ConsumerStats?])
 
     func encoded() -> String {
         guard let data = try? JSONEncoder().encode(self) else { return "" }

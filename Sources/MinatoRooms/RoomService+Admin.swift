@@ -134,15 +134,19 @@ extension RoomService {
     /// each publication's layers and each subscription's current and target layer.
     public func adminRoomStats(_ roomId: String) async throws(RoomError) -> JSONValue {
         let room = try adminRoom(roomId)
-        // Streams served by another node (cluster.cascade) are not in these statistics yet.
-        let producers = room.publications.compactMap { p in p.site == .home ? p.producer.map { (p.id, $0) } : nil }
-        let consumers = room.subscriptions.compactMap { s in s.site == .home ? s.consumer.map { (s.id, $0) } : nil }
-        let worker = workers[room.worker]
-        let stats = try? await worker.perform { core -> ([(String, ProducerStats)], [(String, ConsumerStats)]) in
-            (producers.compactMap { id, p in core.producerStats(p).map { (id, $0) } },
-             consumers.compactMap { id, c in core.consumerStats(c).map { (id, $0) } })
+        // Each stream's statistics come from the site that serves it (cluster.cascade).
+        var ps: [(String, ProducerStats)] = [], cs: [(String, ConsumerStats)] = []
+        let sites = Set(room.publications.map(\.site)).union(room.subscriptions.map(\.site))
+        for site in sites.sorted(by: { nodeName($0) < nodeName($1) }) {
+            let pubs = room.publications.filter { $0.site == site && $0.producer != nil }
+            let subs = room.subscriptions.filter { $0.site == site && $0.consumer != nil }
+            guard !pubs.isEmpty || !subs.isEmpty,
+                  case .stats(let p, let c)? = try? await onSite(site, room, .stats(producers: pubs.compactMap(\.producer),
+                                                                                     consumers: subs.compactMap(\.consumer)))
+            else { continue }
+            for (pub, s) in zip(pubs, p) { if let s { ps.append((pub.id, s)) } }
+            for (sub, s) in zip(subs, c) { if let s { cs.append((sub.id, s)) } }
         }
-        let (ps, cs) = stats ?? ([], [])
         var t: [UInt64] = [0, 0, 0, 0]
         for (_, s) in ps { t[0] &+= s.packetsReceived; t[1] &+= s.bytesReceived }
         for (_, s) in cs { t[2] &+= s.packetsSent; t[3] &+= s.bytesSent }
@@ -191,11 +195,20 @@ extension RoomService {
             }
             return .object(o)
         }
-        return ["roomId": .string(room.id), "members": .int(room.members.count),
-                "publications": .int(room.publications.count), "subscriptions": .int(room.subscriptions.count),
-                "packetsIn": .int(Int(clamping: t[0])), "bytesIn": .int(Int(clamping: t[1])),
-                "packetsOut": .int(Int(clamping: t[2])), "bytesOut": .int(Int(clamping: t[3])),
-                "publicationStats": .array(publications), "subscriptionStats": .array(subscriptions)]
+        var out: [String: JSONValue] = [
+            "roomId": .string(room.id), "members": .int(room.members.count),
+            "publications": .int(room.publications.count), "subscriptions": .int(room.subscriptions.count),
+            "packetsIn": .int(Int(clamping: t[0])), "bytesIn": .int(Int(clamping: t[1])),
+            "packetsOut": .int(Int(clamping: t[2])), "bytesOut": .int(Int(clamping: t[3])),
+            "publicationStats": .array(publications), "subscriptionStats": .array(subscriptions)]
+        if mediaNodes != nil {
+            // Rooms across nodes: the nodes serving the room, which one serves each member, and
+            // the relays between them.
+            out["nodes"] = .array(room.sites.map { nodeName($0) }.sorted().map { .string($0) })
+            out["memberNodes"] = .array(room.members.map { ["memberId": .string($0.id), "nodeId": .string(nodeName($0.site))] })
+            out["relays"] = .array(await relayStats(room))
+        }
+        return .object(out)
     }
 
     func adminRoom(_ id: String) throws(RoomError) -> Room {

@@ -22,8 +22,11 @@ struct ForwardKey: Hashable {
 final class RoomRelay {
     let key: RelayKey
     var transports: [MediaSite: TransportId] = [:]
-    /// Its setup (both transports made and given each other's parameters).
+    /// Its setup (both transports made and given each other's parameters), and whether it
+    /// finished.
     var ready: Task<Void, any Error>?
+    var isSetUp = false
+    let createdAt = ContinuousClock.now
     init(key: RelayKey) { self.key = key }
 }
 
@@ -177,6 +180,7 @@ extension RoomService {
             relayFailed(relay, in: room, reason: "\(error)")
             throw error
         }
+        relay.isSetUp = true
         Counter(label: "minato_cluster_relays_created_total").increment()
         Timer(label: "minato_cluster_relay_setup_seconds").recordNanoseconds(Self.nanoseconds(clock.now - started))
         logger.info("relay made", metadata: ["room": "\(room.id)", "relay": "\(relay.key)"])
@@ -231,6 +235,38 @@ extension RoomService {
         }
         Counter(label: "minato_cluster_relay_failures_total").increment()
         logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)"])
+    }
+
+    /// The room's relays for the admin API: the two nodes, whether it is set up, and per
+    /// direction the streams it carries with what the sending side's consumers counted (packets
+    /// and bytes sent, resends, and the receiving side's reports: loss and round trip).
+    func relayStats(_ room: Room) async -> [JSONValue] {
+        var out: [JSONValue] = []
+        for relay in room.relays.values.sorted(by: { $0.key.description < $1.key.description }) {
+            var directions: [JSONValue] = []
+            for (from, to) in [(relay.key.a, relay.key.b), (relay.key.b, relay.key.a)] {
+                let forwards = room.forwards.values.filter { $0.source == from && $0.key.site == to }
+                let consumers = forwards.flatMap(\.consumers)
+                var o: [String: JSONValue] = ["from": .string(nodeName(from)), "to": .string(nodeName(to)),
+                                              "streams": .int(forwards.count)]
+                if !consumers.isEmpty,
+                   case .stats(_, let stats)? = try? await onSite(from, room, .stats(producers: [], consumers: consumers)) {
+                    let s = stats.compactMap { $0 }
+                    o["packetsSent"] = .int(Int(clamping: s.reduce(UInt64(0)) { $0 &+ $1.packetsSent }))
+                    o["bytesSent"] = .int(Int(clamping: s.reduce(UInt64(0)) { $0 &+ $1.bytesSent }))
+                    o["packetsRetransmitted"] = .int(Int(clamping: s.reduce(UInt64(0)) { $0 &+ $1.packetsRetransmitted }))
+                    o["packetsLost"] = .int(s.reduce(0) { $0 + Int($1.packetsLost) })
+                    o["fractionLost"] = .double(Double(s.map(\.fractionLost).max() ?? 0) / 256)
+                    if let rtt = s.compactMap(\.roundTripTime).max() { o["roundTripTimeMs"] = .double(Double(rtt) / 1_000_000) }
+                }
+                directions.append(.object(o))
+            }
+            out.append(["nodes": [.string(nodeName(relay.key.a)), .string(nodeName(relay.key.b))],
+                        "state": .string(relay.isSetUp ? "open" : "settingUp"),
+                        "ageMs": .int(Int(clamping: Self.nanoseconds(ContinuousClock.now - relay.createdAt) / 1_000_000)),
+                        "directions": .array(directions)])
+        }
+        return out
     }
 
     /// A transport of this node's worker closed that belongs to a relay of one of its rooms.

@@ -133,6 +133,25 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
                 assert 2.6 * rx <= fw <= 3.5 * rx, \
                     f"n{node} forwarded {fw} packets for {rx} received: expected about 3x (its three subscribers)"
 
+            # The admin API on the room's node: its nodes, who serves whom, the two relays.
+            status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{rid}/stats")
+            assert status == 200, f"GET /v1/rooms/{rid}/stats on n{h}: {status} {stats}"
+            print(f"admin room stats: nodes {stats.get('nodes')}, relays {stats.get('relays')}")
+            assert stats.get("nodes") == sorted(f"n{i}" for i in NODES), f"room stats nodes: {stats.get('nodes')}"
+            served = {m["memberId"]: m["nodeId"] for m in stats.get("memberNodes", [])}
+            want = {a.id: f"n{h}", **{m.id: f"n{node}" for node, ms in by_node.items() for m in ms}}
+            assert served == want, f"room stats memberNodes {served}, expected {want}"
+            relays = stats.get("relays", [])
+            assert sorted(tuple(sorted(r["nodes"])) for r in relays) == \
+                sorted(tuple(sorted((f"n{h}", f"n{o}"))) for o in others), f"room stats relays: {relays}"
+            for r in relays:
+                assert r["state"] == "open", f"relay {r['nodes']} is {r['state']}"
+                out = [d for d in r["directions"] if d["from"] == f"n{h}"]
+                assert len(out) == 1 and out[0]["streams"] == 1 and out[0].get("packetsSent", 0) > 0, \
+                    f"relay {r['nodes']}: expected one stream from n{h} with packets sent: {r['directions']}"
+            subs_stats = {x["subscriptionId"] for x in stats.get("subscriptionStats", [])}
+            assert len(subs_stats) == 6, f"subscriptionStats lists {len(subs_stats)} subscriptions (served on other nodes), not 6"
+
             # (b) Every subscriber on one node leaves; a new one there within relayLingerMs decodes.
             node = others[0]
             for m in by_node[node]:
