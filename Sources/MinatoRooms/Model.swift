@@ -308,6 +308,9 @@ final class RoomSubscription {
     var consumer: ConsumerId?
     var site: MediaSite = .home
     var forward: ForwardKey?
+    /// How its consumer was made (transport and parameters), to make it again on a new relay.
+    var consumerTransport: TransportId?
+    var consumerParameters: ConsumerParameters?
     /// Audio forwarded whatever `rooms.audio.forwardLoudest` chooses (`subscribe {pinned: true}`).
     var pinned = false
     /// A data subscription whose channel the worker was told to open (after the answer).

@@ -430,6 +430,8 @@ extension RoomService {
             sub.consumer = consumer
             sub.site = member.site
             sub.forward = forward
+            sub.consumerTransport = tid
+            sub.consumerParameters = c
         }
     }
 

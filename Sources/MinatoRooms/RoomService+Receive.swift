@@ -183,6 +183,8 @@ extension RoomService {
                 sub.consumer = consumer
                 sub.site = site
                 sub.forward = forward
+                sub.consumerTransport = tid
+                sub.consumerParameters = c
             }
         }
     }

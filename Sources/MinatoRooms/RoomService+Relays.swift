@@ -224,17 +224,77 @@ extension RoomService {
     }
 
     /// A relay's transport closed or its setup failed: its transports close and its streams
-    /// stop (the subscribers they fed see no more media from that site).
+    /// stop; the subscriptions they fed are attached again over a new relay (`reattach`).
     func relayFailed(_ relay: RoomRelay, in room: Room, reason: String) {
         guard room.relays[relay.key] === relay else { return }
         room.relays[relay.key] = nil
         relay.ready = nil
         for (site, id) in relay.transports { postSite(site, room, .closeTransport(id)) }
-        for f in room.forwards.values where [relay.key.a, relay.key.b].contains(f.source) && [relay.key.a, relay.key.b].contains(f.key.site) {
-            stopForward(f, in: room)
+        let sites = [relay.key.a, relay.key.b]
+        let crossed = room.forwards.values.filter { sites.contains($0.source) && sites.contains($0.key.site) }
+        let orphans = room.subscriptions.filter { s in s.forward.map { k in crossed.contains { $0.key == k } } ?? false }
+        for f in crossed { stopForward(f, in: room) }
+        // Their consumers went with the relayed producers they consumed.
+        for sub in orphans {
+            sub.consumer = nil
+            sub.forward = nil
         }
         Counter(label: "minato_cluster_relay_failures_total").increment()
-        logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)"])
+        logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)",
+                                                  "subscriptions": "\(orphans.count)"])
+        if !orphans.isEmpty { scheduleReattach(orphans.map(\.id), in: room, attempt: 0) }
+    }
+
+    /// Runs `reattach` after a backoff: 1 s, doubling with each attempt that could not make a
+    /// relay, to at most 30 s.
+    func scheduleReattach(_ ids: [String], in room: Room, attempt: Int) {
+        let delay = Duration.milliseconds(min(1000 << min(attempt, 5), 30_000))
+        Task {
+            try? await Task.sleep(for: delay)
+            await self.reattach(ids, in: room, attempt: attempt)
+        }
+    }
+
+    /// Makes the consumers of subscriptions whose relay failed again (over a new relay), as they
+    /// were made first. Those that cannot be (no relay could be made) are tried again later;
+    /// a new relay that fails afterwards starts the backoff over.
+    func reattach(_ ids: [String], in room: Room, attempt: Int) async {
+        guard rooms.contains(where: { $0 === room }) else { return }
+        var made = 0
+        var failed: [String] = []
+        for id in ids {
+            guard let sub = room.subscription(id), sub.consumer == nil, let pub = room.publication(sub.publicationId),
+                  let member = room.member(sub.subscriberId), let tid = sub.consumerTransport,
+                  var parameters = sub.consumerParameters else { continue }
+            do {
+                let (producer, forward) = try await self.producer(of: pub, at: member.site, in: room)
+                parameters.producer = producer
+                let c: ConsumerId
+                do {
+                    c = try remoteConsumer(await onSite(member.site, room, .addConsumer(tid, parameters)))
+                } catch {
+                    if let forward { releaseForward(forward, in: room) }
+                    throw error
+                }
+                if room.subscription(id) == nil || sub.consumer != nil {
+                    postSite(member.site, room, .removeConsumer(c))
+                    if let forward { releaseForward(forward, in: room) }
+                    continue
+                }
+                sub.consumer = c
+                sub.forward = forward
+                made += 1
+            } catch {
+                failed.append(id)
+                logger.warning("a subscription could not be attached to a new relay", metadata: [
+                    "room": "\(room.id)", "subscription": "\(id)", "attempt": "\(attempt)", "error": "\(error)"])
+            }
+        }
+        if !failed.isEmpty { scheduleReattach(failed, in: room, attempt: attempt + 1) }
+        if made > 0 {
+            Counter(label: "minato_cluster_relay_reattached_total").increment(by: made)
+            logger.notice("subscriptions attached to a new relay", metadata: ["room": "\(room.id)", "count": "\(made)"])
+        }
     }
 
     /// The room's relays for the admin API: the two nodes, whether it is set up, and per

@@ -660,11 +660,13 @@ class Cluster:
         return out
 
     def lossy_link(self, i: int, j: int, percent: float) -> None:
-        """Random loss of `percent` of the UDP datagrams between nodes i and j, each way: in each
+        """Random loss of `percent` of the UDP datagrams between nodes i and j (100: all), each way: in each
         node's namespace an ingress rule on eth0 drops that share of what comes from the other
         (comment "loss"; counted). Both eth0s split UDP GSO messages before sending
         (gso_max_segs 1), so one drop loses one datagram, as on a lossy link (impair.py)."""
         per_mille = int(round(percent * 10))
+        # numgen's range is 0-999: 100% is a plain drop.
+        chance = "" if per_mille >= 1000 else f"numgen random mod 1000 < {per_mille} "
         for a, b in ((i, j), (j, i)):
             self._in(self.node_ns[a], "ip", "link", "set", "eth0", "gso_max_segs", "1")
             self._in(self.node_ns[a], nft_binary(), "-f", "-", input=f"""add table netdev {LOSS_TABLE}
@@ -673,7 +675,7 @@ table netdev {LOSS_TABLE} {{
     chain lossy {{
         type filter hook ingress device "eth0" priority 0; policy accept;
         ip saddr {node_addr(b)} meta l4proto udp counter comment "seen"
-        ip saddr {node_addr(b)} meta l4proto udp numgen random mod 1000 < {per_mille} counter drop comment "dropped"
+        ip saddr {node_addr(b)} meta l4proto udp {chance}counter drop comment "dropped"
     }}
 }}
 """)

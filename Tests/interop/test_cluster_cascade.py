@@ -34,12 +34,14 @@ from waiting import await_until
 from test_cluster import host_of, in_thread
 
 NODES = (1, 2, 3)
+# media.transportTimeoutSec 4 (default 10): a relay cut off is noticed sooner in (g).
+NODE_ENV = {"MINATO_CLUSTER_CASCADE": "true", "MINATO_CLUSTER_RELAY_LINGER_MS": "5000",
+            "MINATO_MEDIA_TRANSPORT_TIMEOUT_SEC": "4"}
 
 
 @pytest.fixture(scope="module")
 def cascade():
-    with running_cluster(len(NODES), label="cascade", MINATO_CLUSTER_CASCADE="true",
-                         MINATO_CLUSTER_RELAY_LINGER_MS="5000") as c:
+    with running_cluster(len(NODES), label="cascade", **NODE_ENV) as c:
         yield c
         dead = [i for i in NODES if not c.alive(i)]
         if dead:
@@ -365,5 +367,64 @@ def test_node_serving_part_of_a_room_killed(cascade):
     finally:
         for i in NODES:
             if not c.alive(i):
-                c.start_node(i, MINATO_CLUSTER_CASCADE="true", MINATO_CLUSTER_RELAY_LINGER_MS="5000")
+                c.start_node(i, **NODE_ENV)
                 c.wait_ready(i)
+
+
+def test_relay_cut_off_is_made_again(cascade):
+    """(g) All UDP between the room's node and the node serving a subscriber is dropped until
+    the relay's transports time out (media.transportTimeoutSec, 4 s here) and the room's node
+    counts the relay failed; then the link heals: the subscription is attached to a new relay
+    (backoff from 1 s) and the subscriber decodes again. The time from the heal to 10 more
+    decoded frames is printed."""
+    c = cascade
+    names = ("minato_cluster_relay_failures_total", "minato_cluster_relays_created_total",
+             "minato_cluster_relay_reattached_total")
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cascade-cut"))
+        rid = room["id"]
+        h = await host_of(c, rid)
+        far = [i for i in NODES if i != h][0]
+        members: list[Member] = []
+        sinks: list[VideoSink] = []
+        try:
+            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
+            video = SyntheticVideoTrack()
+            pub = await a.publish(video, codec="video/VP8")
+            m = await Member.join(c.ws_url(far), rid, "S"); members.append(m)
+            s = await m.subscribe(pub.id)
+            sink = VideoSink(s.track, "S"); sinks.append(sink)
+            if not await sink.wait_frames(3, 10):
+                raise AssertionError("S: no frames before the cut")
+            before = await in_thread(counters, c, h, names)
+            c.lossy_link(h, far, 100.0)
+            try:
+                await asyncio.sleep(1.0)
+                frozen = sink.frames
+                deadline = time.monotonic() + 15
+                while True:
+                    now = await in_thread(counters, c, h, names)
+                    if now[names[0]] > before[names[0]]:
+                        break
+                    assert time.monotonic() < deadline, f"n{h} did not count the cut relay failed within 15 s: {now}"
+                    await asyncio.sleep(0.25)
+                assert sink.frames <= frozen + 2, f"S decoded {sink.frames - frozen} frames while the relay was cut"
+            finally:
+                c.heal_link(h, far)
+            healed = time.monotonic()
+            resumed = sink.frames
+            if not await sink.wait_frames(resumed + 10, 30):
+                raise AssertionError(f"S decoded {sink.frames - resumed} frames in 30 s after the link healed")
+            after = await in_thread(counters, c, h, names)
+            print(f"relay cut n{h}<->n{far}: decoding again {time.monotonic() - healed:.2f} s after the heal; "
+                  f"counters before {before}, after {after}")
+            assert after[names[1]] > before[names[1]], f"no new relay was made: {before} -> {after}"
+            assert after[names[2]] > before[names[2]], f"no subscription was reattached: {before} -> {after}"
+        finally:
+            for s_ in sinks:
+                s_.stop()
+            for m_ in members:
+                await m_.close()
+
+    run(c, body(), timeout=90)
