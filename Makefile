@@ -82,9 +82,14 @@ bench-loss: deps
 ## a few minutes; needs root for `unshare -n`). Server: $MINATO_BIN, else .build/release/minato if
 ## present, else .build/debug/minato. BENCH_CLUSTER_ARGS=--quick: 20 joins, 1 kill run.
 ## Results: bench/results/cluster.{json,md}; logs in artifacts/bench/cluster/.
+## Then rooms across nodes (bench/cascade.py): a 1 -> 300 broadcast over three nodes with
+## cluster.cascade off and on (minato-bench cascade beside the server binary): each node's egress,
+## CPU per forwarded packet, loss, latency, keyframe time, relay setup (bench/results/cascade.{json,md};
+## BENCH_CASCADE_ARGS=--quick: 10 subscribers per node).
 bench-cluster: build
 	bash scripts/interop-setup.sh
 	unshare -n sh -c 'ip link set lo up; exec .venv-interop/bin/python bench/cluster.py "$$@"' bench-cluster $(BENCH_CLUSTER_ARGS)
+	unshare -n sh -c 'ip link set lo up; exec .venv-interop/bin/python bench/cascade.py "$$@"' bench-cascade $(BENCH_CASCADE_ARGS)
 
 ## The browser SDK recovering by itself (Tests/interop/test_recovery_browser.py, RECOVERY_RUNS
 ## times each, default 10): a Chromium page's address replaced mid-call (ICE restarts) and TCP to

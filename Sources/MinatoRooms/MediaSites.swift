@@ -40,6 +40,18 @@ public enum MediaCommand: Sendable, Codable {
     /// Statistics of these producers and consumers (nil for one that is gone).
     case stats(producers: [ProducerId], consumers: [ConsumerId])
 
+    /// Whether every producer and consumer the command names is in `producers` / `consumers`.
+    func names(producersIn producers: Set<ProducerId>, consumersIn consumers: Set<ConsumerId>) -> Bool {
+        switch self {
+        case .addConsumer(_, let c): return producers.contains(c.producer)
+        case .removeProducer(let p), .setPaused(let p, _), .requestKeyFrame(let p): return producers.contains(p)
+        case .removeConsumer(let c), .setPreferredLayer(let c, _): return consumers.contains(c)
+        case .stats(let ps, let cs): return ps.allSatisfy(producers.contains) && cs.allSatisfy(consumers.contains)
+        case .createTransport, .setRemote, .addRemoteCandidate, .restartIce, .addProducer, .pairTransports, .closeTransport:
+            return true
+        }
+    }
+
     /// The transport the command acts on, if it names one.
     var transport: TransportId? {
         switch self {
@@ -98,9 +110,16 @@ public enum MediaCommand: Sendable, Codable {
 
     /// The command as a node link carries it (JSON text of its `Codable` form).
     func encoded() -> String {
-        guard let data = try? JSONEncoder().encode(self) else { return "" }
+        guard let data = try? MediaCommand.encoder.encode(self) else { return "" }
         return String(decoding: data, as: UTF8.self)
     }
+
+    /// Keys sorted: one command is always the same text.
+    static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = .sortedKeys
+        return e
+    }()
 
     static func decoded(_ text: String) -> MediaCommand? {
         try? JSONDecoder().decode(MediaCommand.self, from: Data(text.utf8))
@@ -116,7 +135,7 @@ public enum MediaReply: Sendable, Codable {
     case stats(producers: [ProducerStats?], consumers: [ConsumerStats?])
 
     func encoded() -> String {
-        guard let data = try? JSONEncoder().encode(self) else { return "" }
+        guard let data = try? MediaCommand.encoder.encode(self) else { return "" }
         return String(decoding: data, as: UTF8.self)
     }
 
@@ -161,6 +180,9 @@ final class HostedMedia {
     let worker: Int
     let router: RouterId
     var transports: Set<TransportId> = []
+    /// The producers and consumers made for it (only those may be named).
+    var producers: Set<ProducerId> = []
+    var consumers: Set<ConsumerId> = []
     init(home: String, roomId: String, worker: Int, router: RouterId) {
         self.home = home; self.roomId = roomId; self.worker = worker; self.router = router
     }

@@ -153,6 +153,9 @@ extension RoomService {
         if case .pairTransports(_, let other) = command, !media.transports.contains(other) {
             return .failure(.invalidParameter("Transport \(other) is not one of room \(roomId)'s here."))
         }
+        guard command.names(producersIn: media.producers, consumersIn: media.consumers) else {
+            return .failure(.invalidParameter("The command names a producer or consumer that is not one of room \(roomId)'s here."))
+        }
         var newId = TransportId(0)
         if case .createTransport = command {
             guard transportOwners.count + hostedTransports.count + transportsBeingCreated < configuration.maxTransports else {
@@ -181,9 +184,16 @@ extension RoomService {
                     workers[media.worker].post { $0.closeTransport(id) }  // released meanwhile
                 }
             }
-            if case .closeTransport(let t) = command {
+            switch (command, reply) {
+            case (.addProducer, .producer(let p)): media.producers.insert(p)
+            case (.addConsumer, .consumer(let c)): media.consumers.insert(c)
+            case (.removeProducer(let p), _): media.producers.remove(p)
+            case (.removeConsumer(let c), _): media.consumers.remove(c)
+            case (.closeTransport(let t), _):
                 media.transports.remove(t)
                 hostedTransports[t] = nil
+                if media.transports.isEmpty { hosted[key] = nil }
+            default: break
             }
             return .success(["reply": .string(reply.encoded())])
         case .failure(WorkerError.noFreePort):
@@ -212,6 +222,8 @@ extension RoomService {
     func hostedTransportClosed(_ id: TransportId, reason: TransportCloseReason) -> Bool {
         guard let key = hostedTransports.removeValue(forKey: id), let media = hosted[key] else { return false }
         media.transports.remove(id)
+        // Nothing of the room is left here: the next transport makes a new router.
+        if media.transports.isEmpty { hosted[key] = nil }
         guard let nodes = mediaNodes else { return true }
         let params: JSONValue = ["room": .string(media.roomId), "transport": .int(Int(truncatingIfNeeded: id.rawValue)),
                                  "reason": .string("\(reason)")]

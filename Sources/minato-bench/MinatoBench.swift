@@ -9,7 +9,7 @@ struct MinatoBench: AsyncParsableCommand {
         commandName: "minato-bench",
         abstract: "RTP load generator: R rooms x P publishers x S subscribers against Minato or Janus.",
         discussion: "Run it inside a loopback-only network namespace (bench/run.sh does), one server per namespace.",
-        subcommands: [Run.self, Report.self, DataRun.self, CapacityRun.self])
+        subcommands: [Run.self, Report.self, DataRun.self, CapacityRun.self, CascadeRun.self])
 }
 
 struct Run: AsyncParsableCommand {
