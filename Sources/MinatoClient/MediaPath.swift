@@ -109,9 +109,11 @@ public final class InboundDemux {
 
     public init() {}
 
-    /// Takes over the connection's `onPacket`.
+    /// Takes over the connection's `onPacket`. The connection keeps the demux while it lives
+    /// (its `close` lets go): a member dropped without `leave()` frees its demux while libnice
+    /// may still deliver to the connection.
     public func attach(to connection: ClientConnection) {
-        connection.onPacket = { [unowned self, unowned connection] buffer, isRtcp in
+        connection.onPacket = { [self, unowned connection] buffer, isRtcp in
             if isRtcp {
                 guard let onRtcp = self.onRtcp, let n = connection.unprotectRtcp(buffer) else { return }
                 onRtcp(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))

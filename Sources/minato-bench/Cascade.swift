@@ -144,7 +144,7 @@ struct CascadeRun: AsyncParsableCommand {
                 // The first sample includes the receiving connection's ICE and DTLS: not kept.
                 if n > 0 { keyFrameMs[k].append((ms * 10).rounded() / 10) }
             }
-            // It stays (leaving 300 members at the end is the harness's stop).
+            try? await m.leave()
         }
         for s in subs where !s.probe {
             guard try await s.member.dropIncomingRtpInKernel() else { throw BenchError("a subscriber has no UDP pair to mute") }
