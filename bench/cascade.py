@@ -57,6 +57,11 @@ NODE_ENV = {
 DEFINITIONS = """\
 - **egress**: bytes the node's network interface sent during the window (its veth `tx_bytes`:
   RTP to subscribers and relays, RTCP, signaling), as Mbit/s.
+- **egress bytes per packet received**: that egress over the RTP packets the node received
+  in the same window (for n1 the publisher's): compares the runs even if the publisher's rate
+  differed between them.
+- **media threads CPU**: the same for the node's media worker threads only; the rest is
+  signaling (the other nodes relay their members' requests to n1), the lease and metrics.
 - **CPU**: the node process's utime + stime over the window, in % of one core; **µs per
   forwarded packet**: that CPU time over the RTP packets it forwarded
   (`minato_rtp_packets_forwarded_total`: to its subscribers, and with cascade to relays). A
@@ -97,13 +102,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def media_cpu_seconds(pid: int) -> float:
+    """CPU of the process's media worker threads (named minato-media-*) only: the rest of a
+    node's CPU is signaling (a node through which clients reach a room elsewhere relays their
+    requests), the lease, metrics."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        if comm.startswith("minato-media"):
+            fields = text.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def tx_bytes(c: Any, i: int) -> int:
     return int(subprocess.run(["ip", "netns", "exec", c.node_ns[i], "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
                               capture_output=True, text=True, check=True).stdout.strip())
 
 
 def sample(c: Any) -> dict:
-    return {i: {"cpu": cpu_seconds(c.node_pid(i)), "tx": tx_bytes(c, i), "m": node_counters(c, i), "t": time.monotonic()}
+    return {i: {"cpu": cpu_seconds(c.node_pid(i)), "media": media_cpu_seconds(c.node_pid(i)), "tx": tx_bytes(c, i),
+                "m": node_counters(c, i), "t": time.monotonic()}
             for i in NODES}
 
 
@@ -146,12 +169,24 @@ def run_mode(cascade: bool, args: Any, bench_bin: Path, log: Any) -> dict:
             fw = b["m"].get("minato_rtp_packets_forwarded_total", 0) - a["m"].get("minato_rtp_packets_forwarded_total", 0)
             rx = b["m"].get("minato_rtp_packets_received_total", 0) - a["m"].get("minato_rtp_packets_received_total", 0)
             cpu = b["cpu"] - a["cpu"]
+            wake = b["m"].get("minato_worker_agent_timer_wakeups_total", 0) - a["m"].get("minato_worker_agent_timer_wakeups_total", 0)
             probe = result["nodes"][i - 1]
             nodes[f"n{i}"] = {
                 "egressMbps": round((b["tx"] - a["tx"]) * 8 / secs / 1e6, 2),
                 "cpuPercent": round(cpu / secs * 100, 1),
                 "forwardedPps": round(fw / secs), "receivedPps": round(rx / secs),
                 "usPerForwardedPacket": round(cpu / fw * 1e6, 2) if fw else None,
+                "mediaCpuPercent": round((b["media"] - a["media"]) / secs * 100, 1),
+                "mediaUsPerForwardedPacket": round((b["media"] - a["media"]) / fw * 1e6, 2) if fw else None,
+                # Per packet the node received (the publisher's, or the relayed stream's): the
+                # window's rates compare across runs even if a run's publisher was slower.
+                "egressBytesPerReceivedPacket": round((b["tx"] - a["tx"]) / rx) if rx else None,
+                "agentTimerWakeupsPerSec": round(wake / secs, 1),
+                "transportsDirect": b["m"].get("minato_transports_direct"),
+                "transports": b["m"].get("minato_transports"),
+                # Node-link and gateway counters over the window (what the signaling did).
+                "clusterCounters": {k: round(v - a["m"].get(k, 0), 3) for k, v in b["m"].items()
+                                    if k.startswith("minato_cluster") and v != a["m"].get(k, 0)},
                 "lossPercent": probe["lossPercent"], "latencyP50Ms": probe["latencyP50Ms"],
                 "latencyP99Ms": probe["latencyP99Ms"], "keyFrameMs": probe["keyFrameMs"],
             }
@@ -180,12 +215,15 @@ def markdown(out: dict) -> str:
     for run in out["runs"]:
         lines += [f"## cluster.cascade: {'true' if run['cascade'] else 'false'}", "",
                   f"Publisher: {run['publisherPps']} packets/s; setting up {run['setupSec']} s.", "",
-                  "| node | egress Mbit/s | CPU % | forwarded pkt/s | received pkt/s | µs/forwarded pkt | loss % | "
-                  "latency p50 ms | p99 ms | keyframe ms (5 late subscriptions) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| node | egress Mbit/s | egress bytes per packet received | CPU % | media threads CPU % | "
+                  "forwarded pkt/s | received pkt/s | µs/forwarded pkt | media µs/forwarded pkt | loss % | "
+                  "latency p50 ms | p99 ms | keyframe ms (5 subscriptions) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for name, n in run["nodes"].items():
-            lines.append(f"| {name} | {n['egressMbps']} | {n['cpuPercent']} | {n['forwardedPps']} | {n['receivedPps']} | "
-                         f"{n['usPerForwardedPacket']} | {n['lossPercent']} | {n['latencyP50Ms']} | {n['latencyP99Ms']} | "
+            lines.append(f"| {name} | {n['egressMbps']} | {n['egressBytesPerReceivedPacket']} | {n['cpuPercent']} | "
+                         f"{n['mediaCpuPercent']} | {n['forwardedPps']} | {n['receivedPps']} | "
+                         f"{n['usPerForwardedPacket']} | {n['mediaUsPerForwardedPacket']} | {n['lossPercent']} | "
+                         f"{n['latencyP50Ms']} | {n['latencyP99Ms']} | "
                          f"{', '.join(str(x) for x in n['keyFrameMs'])} |")
         if run.get("relaySetup"):
             lines += ["", f"Relay setup on n1: {run['relaySetup']['relays']} relays, mean {run['relaySetup']['meanMs']} ms."]
@@ -194,9 +232,12 @@ def markdown(out: dict) -> str:
     on = next((r for r in out["runs"] if r["cascade"]), None)
     if off and on:
         a, b = off["nodes"]["n1"]["egressMbps"], on["nodes"]["n1"]["egressMbps"]
+        pa, pb = off["nodes"]["n1"]["egressBytesPerReceivedPacket"], on["nodes"]["n1"]["egressBytesPerReceivedPacket"]
         lines += ["## The publisher's node", "",
-                  f"n1's egress: **{a} Mbit/s** without cascade, **{b} Mbit/s** with it "
-                  f"({a / b:.2f}x less)." if b else f"n1's egress: {a} Mbit/s without cascade, {b} with it.", ""]
+                  f"n1's egress: **{a} Mbit/s** without cascade, **{b} Mbit/s** with it; per packet the "
+                  f"publisher sent, {pa} bytes against {pb} (**{pa / pb:.2f}x less**; 300 subscriber streams "
+                  f"against 100 and two relays would be {300 / 102:.2f}x)." if pb else
+                  f"n1's egress: {a} Mbit/s without cascade, {b} with it.", ""]
     lines += ["## Definitions", "", out["definitions"]]
     return "\n".join(lines)
 
