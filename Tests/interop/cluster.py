@@ -645,12 +645,10 @@ class Cluster:
                  input=f"add table netdev {CUT_TABLE}\ndelete table netdev {CUT_TABLE}\n")
         self._cut.discard(i)
 
-    def cut_counters(self, i: int) -> dict[str, int]:
-        """Packets dropped by cut_redis(i) so far: {"from redis": n, "to redis": n}."""
-        out = {"from redis": 0, "to redis": 0}
-        if i not in self._cut:
-            return out
-        listing = json.loads(self._in(self.node_ns[i], nft_binary(), "-j", "list", "table", "netdev", CUT_TABLE))
+    def _netdev_counters(self, i: int, table: str, names: tuple[str, ...]) -> dict[str, int]:
+        """The packet counters of the rules commented `names` in node i's netdev `table`."""
+        out = {n: 0 for n in names}
+        listing = json.loads(self._in(self.node_ns[i], nft_binary(), "-j", "list", "table", "netdev", table))
         for item in listing["nftables"]:
             rule = item.get("rule")
             if rule and rule.get("comment") in out:
@@ -658,6 +656,12 @@ class Cluster:
                     if "counter" in expr:
                         out[rule["comment"]] = expr["counter"]["packets"]
         return out
+
+    def cut_counters(self, i: int) -> dict[str, int]:
+        """Packets dropped by cut_redis(i) so far: {"from redis": n, "to redis": n}."""
+        if i not in self._cut:
+            return {"from redis": 0, "to redis": 0}
+        return self._netdev_counters(i, CUT_TABLE, ("from redis", "to redis"))
 
     def lossy_link(self, i: int, j: int, percent: float) -> None:
         """Random loss of `percent` of the UDP datagrams between nodes i and j (100: all), each way: in each
@@ -688,15 +692,7 @@ table netdev {LOSS_TABLE} {{
 
     def loss_counters(self, i: int) -> dict[str, int]:
         """What lossy_link's rule in node i's namespace saw and dropped: {"seen": n, "dropped": n}."""
-        out = {"seen": 0, "dropped": 0}
-        listing = json.loads(self._in(self.node_ns[i], nft_binary(), "-j", "list", "table", "netdev", LOSS_TABLE))
-        for item in listing["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment") in out:
-                for expr in rule["expr"]:
-                    if "counter" in expr:
-                        out[rule["comment"]] = expr["counter"]["packets"]
-        return out
+        return self._netdev_counters(i, LOSS_TABLE, ("seen", "dropped"))
 
     def node_reaches_redis(self, i: int, timeout: float = 2.0) -> bool:
         """Does a PING from node i's namespace get Redis's PONG (within `timeout` s)?"""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -79,37 +79,81 @@ async def packet_counts(c: Cluster) -> dict[int, dict[str, float]]:
     return {i: await in_thread(counters, c, i) for i in NODES}
 
 
+class Call:
+    """A room made through n1 (`rid`, on node `h`) with A publishing VP8 (`video`, `pub`), and
+    the subscribers a test adds (`subscriber`); `members` and `sinks` are closed on exit of
+    `publishing_room`."""
+
+    def __init__(self, c: Cluster, rid: str, h: int) -> None:
+        self.c, self.rid, self.h = c, rid, h
+        self.members: list[Member] = []
+        self.sinks: list[VideoSink] = []
+        self.a: Any = None
+        self.video: Any = None
+        self.pub: Any = None
+
+    async def join(self, node: int, label: str) -> Member:
+        m = await Member.join(self.c.ws_url(node), self.rid, label)
+        self.members.append(m)
+        return m
+
+    async def subscriber(self, node: int, label: str) -> tuple[Member, VideoSink]:
+        """A member joined through `node`, subscribed to A's publication, with a sink."""
+        m = await self.join(node, label)
+        s = await m.subscribe(self.pub.id)
+        sink = VideoSink(s.track, label)
+        self.sinks.append(sink)
+        return m, sink
+
+    async def decoding(self, frames: int = 3, timeout: float = 10) -> None:
+        for s in self.sinks:
+            if not await s.wait_frames(frames, timeout):
+                raise AssertionError(f"{s.name}: {s.frames} frames decoded within {timeout} s of subscribing; "
+                                     f"A sent {self.video.frames_sent} (room on n{self.h})")
+
+    async def leave(self, m: Member) -> None:
+        for s in [s for s in self.sinks if s.name == m.label]:
+            s.stop()
+            self.sinks.remove(s)
+        await m.close()
+        self.members.remove(m)
+
+
+@contextlib.asynccontextmanager
+async def publishing_room(c: Cluster, prefix: str, publisher_node: Any = None):
+    """`Call` in a new room; A joins through `publisher_node(h)` (default: the room's node h)."""
+    room = await create_room(c.ws_url(1), unique_name(prefix))
+    call = Call(c, room["id"], await host_of(c, room["id"]))
+    try:
+        call.a = await call.join(publisher_node(call.h) if publisher_node else call.h, "A")
+        call.video = SyntheticVideoTrack()
+        call.pub = await call.a.publish(call.video, codec="video/VP8")
+        yield call
+    finally:
+        for s in call.sinks:
+            s.stop()
+        for m in call.members:
+            with contextlib.suppress(Exception):
+                await m.close()
+
+
 def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade):
     c = cascade
 
     async def body() -> None:
-        room = await create_room(c.ws_url(1), unique_name("cascade"))
-        rid = room["id"]
-        h = await host_of(c, rid)
-        others = [i for i in NODES if i != h]
-        members: list[Member] = []
-        sinks: list[VideoSink] = []
-        try:
-            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
-            video = SyntheticVideoTrack()
-            pub = await a.publish(video, codec="video/VP8")
-            subs: dict[str, Any] = {}
+        async with publishing_room(c, "cascade") as call:
+            rid, h, a, video, pub, sinks, members = call.rid, call.h, call.a, call.video, call.pub, call.sinks, call.members
+            others = [i for i in NODES if i != h]
             by_node: dict[int, list[Member]] = {}
             for node in others:
                 for k in range(3):
-                    m = await Member.join(c.ws_url(node), rid, f"S{node}{k}"); members.append(m)
+                    m, _ = await call.subscriber(node, f"S{node}{k}")
                     by_node.setdefault(node, []).append(m)
-                    s = await m.subscribe(pub.id)
-                    subs[m.label] = s
                     cands = sdp_candidate_addresses(m.recv_pc.remoteDescription.sdp)
                     assert set(cands) == {node_addr(node)}, \
                         f"{m.label} (socket on n{node}, room on n{h}): the server offer's candidates are {cands}, " \
                         f"expected only n{node}'s {node_addr(node)} (served where it connects)"
-                    sinks.append(VideoSink(s.track, m.label))
-            for s in sinks:
-                if not await s.wait_frames(3, 10):
-                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s of subscribing; "
-                                         f"A sent {video.frames_sent} (room on n{h})")
+            await call.decoding()
 
             before = await packet_counts(c)
             sent_before = video.frames_sent
@@ -157,16 +201,10 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
             # (b) Every subscriber on one node leaves; a new one there within relayLingerMs decodes.
             node = others[0]
             for m in by_node[node]:
-                for s in [s for s in sinks if s.name == m.label]:
-                    s.stop()
-                    sinks.remove(s)
-                await m.close()
-                members.remove(m)
+                await call.leave(m)
             await asyncio.sleep(1.0)
-            late = await Member.join(c.ws_url(node), rid, "late"); members.append(late)
             t0 = time.monotonic()
-            s = await late.subscribe(pub.id)
-            sink = VideoSink(s.track, "late"); sinks.append(sink)
+            late, sink = await call.subscriber(node, "late")
             if not await sink.wait_frames(1, 10):
                 raise AssertionError(f"late subscriber on n{node}: no frame decoded within 10 s")
             print(f"late subscriber on n{node}: first decoded frame {sink.first_frame_at - t0:.3f} s after subscribe")
@@ -189,11 +227,6 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
             for i in NODES:
                 grew = quiet_after[i]["minato_rtp_packets_forwarded_total"] - quiet_before[i]["minato_rtp_packets_forwarded_total"]
                 assert grew == 0, f"n{i} forwarded {grew} packets in the 1.5 s after A unpublished"
-        finally:
-            for s in sinks:
-                s.stop()
-            for m in members:
-                await m.close()
 
     run(c, body(), timeout=90)
 
@@ -204,37 +237,23 @@ def test_publisher_served_by_another_node(cascade):
     c = cascade
 
     async def body() -> None:
-        room = await create_room(c.ws_url(1), unique_name("cascade-pub"))
-        rid = room["id"]
-        h = await host_of(c, rid)
-        o1, o2 = [i for i in NODES if i != h]
-        members: list[Member] = []
-        sinks: list[VideoSink] = []
-        try:
-            a = await Member.join(c.ws_url(o1), rid, "A"); members.append(a)
-            video = SyntheticVideoTrack()
-            pub = await a.publish(video, codec="video/VP8")
-            cands = sdp_candidate_addresses(a.send_pc.remoteDescription.sdp)
+        def elsewhere(h: int) -> int:
+            return [i for i in NODES if i != h][0]
+        async with publishing_room(c, "cascade-pub", publisher_node=elsewhere) as call:
+            h, o1 = call.h, elsewhere(call.h)
+            o2 = [i for i in NODES if i not in (h, o1)][0]
+            cands = sdp_candidate_addresses(call.a.send_pc.remoteDescription.sdp)
             assert set(cands) == {node_addr(o1)}, \
                 f"A (socket on n{o1}, room on n{h}): the publish answer's candidates are {cands}, expected n{o1}'s"
             for node in (h, o2):
-                m = await Member.join(c.ws_url(node), rid, f"S{node}"); members.append(m)
-                s = await m.subscribe(pub.id)
-                sinks.append(VideoSink(s.track, m.label))
-            for s in sinks:
-                if not await s.wait_frames(3, 10):
-                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s (A on n{o1}, room on n{h})")
-            result = await measure_window(video, sinks, window=3.0)
+                await call.subscriber(node, f"S{node}")
+            await call.decoding()
+            result = await measure_window(call.video, call.sinks, window=3.0)
             print(f"A on n{o1}, room on n{h}: decoded/sent {result}")
-            for s in sinks:
+            for s in call.sinks:
                 decoded, sent = result[s.name]
                 assert sent >= 45, f"A sent only {sent} frames in 3 s"
                 assert decoded >= 0.9 * sent, f"{s.name}: decoded {decoded}/{sent} of A's frames (< 90%)"
-        finally:
-            for s in sinks:
-                s.stop()
-            for m in members:
-                await m.close()
 
     run(c, body(), timeout=60)
 
@@ -246,29 +265,18 @@ def test_loss_on_one_relay_is_repaired_per_hop(cascade):
     c = cascade
 
     async def body() -> None:
-        room = await create_room(c.ws_url(1), unique_name("cascade-loss"))
-        rid = room["id"]
-        h = await host_of(c, rid)
-        far = [i for i in NODES if i != h][-1]
-        members: list[Member] = []
-        sinks: list[VideoSink] = []
-        try:
-            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
-            video = SyntheticVideoTrack()
-            pub = await a.publish(video, codec="video/VP8")
+        async with publishing_room(c, "cascade-loss") as call:
+            h = call.h
+            far = [i for i in NODES if i != h][-1]
             for k in range(3):
-                m = await Member.join(c.ws_url(far), rid, f"L{k}"); members.append(m)
-                s = await m.subscribe(pub.id)
-                sinks.append(VideoSink(s.track, m.label))
-            for s in sinks:
-                if not await s.wait_frames(3, 10):
-                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s")
+                await call.subscriber(far, f"L{k}")
+            await call.decoding()
             repair = ("minato_rtcp_nacks_sent_total", "minato_rtp_packets_retransmitted_total")
             before = {i: await in_thread(counters, c, i, repair) for i in (h, far)}
             c.lossy_link(h, far, 2.0)
             try:
                 await asyncio.sleep(1.0)
-                result = await measure_window(video, sinks, window=8.0)
+                result = await measure_window(call.video, call.sinks, window=8.0)
                 counted = {i: c.loss_counters(i) for i in (h, far)}
             finally:
                 c.heal_link(h, far)
@@ -282,16 +290,11 @@ def test_loss_on_one_relay_is_repaired_per_hop(cascade):
             both = {k: sum(x[k] for x in counted.values()) for k in ("seen", "dropped")}
             problem = drop_rate_problem(both, 0.02)
             assert not problem, f"the loss rules n{h}<->n{far}: {problem} ({counted})"
-            for s in sinks:
+            for s in call.sinks:
                 decoded, sent = result[s.name]
                 assert sent >= 120, f"A sent only {sent} frames in 8 s"
                 assert decoded >= 0.99 * sent, f"{s.name}: decoded {decoded}/{sent} of A's frames (< 99%) " \
                                                f"with 2% loss on the relay n{h}<->n{far}"
-        finally:
-            for s in sinks:
-                s.stop()
-            for m in members:
-                await m.close()
 
     run(c, body(), timeout=60)
 
@@ -303,25 +306,12 @@ def test_node_serving_part_of_a_room_killed(cascade):
     c = cascade
 
     async def body() -> None:
-        room = await create_room(c.ws_url(1), unique_name("cascade-kill"))
-        rid = room["id"]
-        h = await host_of(c, rid)
-        keep, doomed = [i for i in NODES if i != h]
-        members: list[Member] = []
-        sinks: list[VideoSink] = []
-        try:
-            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
-            video = SyntheticVideoTrack()
-            pub = await a.publish(video, codec="video/VP8")
-            survivor = await Member.join(c.ws_url(keep), rid, "survivor"); members.append(survivor)
-            lost = await Member.join(c.ws_url(doomed), rid, "lost"); members.append(lost)
-            for m in (survivor, lost):
-                s = await m.subscribe(pub.id)
-                sinks.append(VideoSink(s.track, m.label))
-            for s in sinks:
-                if not await s.wait_frames(3, 10):
-                    raise AssertionError(f"{s.name}: {s.frames} frames decoded within 10 s")
-            watch = sinks[0]
+        async with publishing_room(c, "cascade-kill") as call:
+            h, a = call.h, call.a
+            keep, doomed = [i for i in NODES if i != h]
+            _, watch = await call.subscriber(keep, "survivor")
+            lost, _ = await call.subscriber(doomed, "lost")
+            await call.decoding()
             gaps: list[float] = []
             last = [watch.frames, time.monotonic()]
 
@@ -351,12 +341,6 @@ def test_node_serving_part_of_a_room_killed(cascade):
             worst = max(gaps) if gaps else None
             print(f"survivor on n{keep}: longest gap between decoded frames {worst:.3f} s")
             assert worst is not None and worst < 1.0, f"survivor on n{keep}: a {worst} s gap in decoded frames"
-        finally:
-            for s in sinks:
-                s.stop()
-            for m in members:
-                with contextlib.suppress(Exception):
-                    await m.close()
 
     try:
         try:
@@ -382,21 +366,11 @@ def test_relay_cut_off_is_made_again(cascade):
              "minato_cluster_relay_reattached_total")
 
     async def body() -> None:
-        room = await create_room(c.ws_url(1), unique_name("cascade-cut"))
-        rid = room["id"]
-        h = await host_of(c, rid)
-        far = [i for i in NODES if i != h][0]
-        members: list[Member] = []
-        sinks: list[VideoSink] = []
-        try:
-            a = await Member.join(c.ws_url(h), rid, "A"); members.append(a)
-            video = SyntheticVideoTrack()
-            pub = await a.publish(video, codec="video/VP8")
-            m = await Member.join(c.ws_url(far), rid, "S"); members.append(m)
-            s = await m.subscribe(pub.id)
-            sink = VideoSink(s.track, "S"); sinks.append(sink)
-            if not await sink.wait_frames(3, 10):
-                raise AssertionError("S: no frames before the cut")
+        async with publishing_room(c, "cascade-cut") as call:
+            h = call.h
+            far = [i for i in NODES if i != h][0]
+            _, sink = await call.subscriber(far, "S")
+            await call.decoding()
             before = await in_thread(counters, c, h, names)
             c.lossy_link(h, far, 100.0)
             try:
@@ -421,10 +395,5 @@ def test_relay_cut_off_is_made_again(cascade):
                   f"counters before {before}, after {after}")
             assert after[names[1]] > before[names[1]], f"no new relay was made: {before} -> {after}"
             assert after[names[2]] > before[names[2]], f"no subscription was reattached: {before} -> {after}"
-        finally:
-            for s_ in sinks:
-                s_.stop()
-            for m_ in members:
-                await m_.close()
 
     run(c, body(), timeout=90)
