@@ -161,31 +161,14 @@ extension RoomService {
             let ssrc = sub.ssrc, pt = stream.codec.payloadType
             let formats = slot.acceptedFormats(in: section)
             let rtxSsrc = formats.rtxSsrc, rtxPt = formats.rtxPayloadType, redPt = formats.redPayloadType
-            let site = member.site
-            let (producer, forward) = try await self.producer(of: pub, at: site, in: room)
             let cap = pub.layerCap(preferredEncodingId: sub.preferredEncodingId)
-            var c = ConsumerParameters(producer: producer, transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc,
+            // `attachConsumer` sets the producer (the publication's, or its relayed stream's).
+            var c = ConsumerParameters(producer: ProducerId(slot: 0, generation: 0), transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc,
                                        payloadType: pt, extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt,
                                        redPayloadType: redPt, preferredLayer: cap)
             c.transportSequenceExtensionId = RtpHeaderExtension.transportWideCC.receiverId ?? 0
             c.pinned = sub.pinned
-            let consumer: ConsumerId
-            do {
-                consumer = try remoteConsumer(await onSite(site, room, .addConsumer(tid, c)))
-            } catch {
-                if let forward { releaseForward(forward, in: room) }
-                throw error
-            }
-            if room.subscription(sub.id) == nil || sub.consumer != nil {
-                postSite(site, room, .removeConsumer(consumer))
-                if let forward { releaseForward(forward, in: room) }
-            } else {
-                sub.consumer = consumer
-                sub.site = site
-                sub.forward = forward
-                sub.consumerTransport = tid
-                sub.consumerParameters = c
-            }
+            _ = try await attachConsumer(sub, of: pub, for: member, on: tid, c, in: room)
         }
     }
 

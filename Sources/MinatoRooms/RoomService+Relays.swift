@@ -245,6 +245,36 @@ extension RoomService {
         if !orphans.isEmpty { scheduleReattach(orphans.map(\.id), in: room, attempt: 0) }
     }
 
+    /// Makes `sub`'s consumer on `member`'s site, transport `tid`, with `parameters` (their
+    /// `producer` is set here: the publication's own, or its relayed stream's on that site), and
+    /// records it on the subscription with how it was made. False (nothing kept) when the
+    /// subscription ended or got a consumer meanwhile.
+    func attachConsumer(_ sub: RoomSubscription, of pub: RoomPublication, for member: LocalSFURoomMember, on tid: TransportId,
+                        _ parameters: ConsumerParameters, in room: Room) async throws -> Bool {
+        let site = member.site
+        let (producer, forward) = try await self.producer(of: pub, at: site, in: room)
+        var parameters = parameters
+        parameters.producer = producer
+        let consumer: ConsumerId
+        do {
+            consumer = try remoteConsumer(await onSite(site, room, .addConsumer(tid, parameters)))
+        } catch {
+            if let forward { releaseForward(forward, in: room) }
+            throw error
+        }
+        guard room.subscription(sub.id) != nil, sub.consumer == nil else {
+            postSite(site, room, .removeConsumer(consumer))
+            if let forward { releaseForward(forward, in: room) }
+            return false
+        }
+        sub.consumer = consumer
+        sub.site = site
+        sub.forward = forward
+        sub.consumerTransport = tid
+        sub.consumerParameters = parameters
+        return true
+    }
+
     /// Runs `reattach` after a backoff: 1 s, doubling with each attempt that could not make a
     /// relay, to at most 30 s.
     func scheduleReattach(_ ids: [String], in room: Room, attempt: Int) {
@@ -265,25 +295,9 @@ extension RoomService {
         for id in ids {
             guard let sub = room.subscription(id), sub.consumer == nil, let pub = room.publication(sub.publicationId),
                   let member = room.member(sub.subscriberId), let tid = sub.consumerTransport,
-                  var parameters = sub.consumerParameters else { continue }
+                  let parameters = sub.consumerParameters else { continue }
             do {
-                let (producer, forward) = try await self.producer(of: pub, at: member.site, in: room)
-                parameters.producer = producer
-                let c: ConsumerId
-                do {
-                    c = try remoteConsumer(await onSite(member.site, room, .addConsumer(tid, parameters)))
-                } catch {
-                    if let forward { releaseForward(forward, in: room) }
-                    throw error
-                }
-                if room.subscription(id) == nil || sub.consumer != nil {
-                    postSite(member.site, room, .removeConsumer(c))
-                    if let forward { releaseForward(forward, in: room) }
-                    continue
-                }
-                sub.consumer = c
-                sub.forward = forward
-                made += 1
+                if try await attachConsumer(sub, of: pub, for: member, on: tid, parameters, in: room) { made += 1 }
             } catch {
                 failed.append(id)
                 logger.warning("a subscription could not be attached to a new relay", metadata: [

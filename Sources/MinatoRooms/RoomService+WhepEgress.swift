@@ -34,31 +34,16 @@ extension RoomService {
         let map = ids, ssrc = line.ssrc, pt = line.codec.payloadType
         let rtxSsrc = line.rtxPayloadType == nil ? nil : line.rtxSsrc, rtxPt = line.rtxPayloadType
         let twcc = line.extensions.first { $0.uri == RtpHeaderExtension.transportWideCC.uri }?.id ?? 0
-        // A WHEP player is served here; a publication served by another node comes over a relay.
-        let (producer, forward) = try await self.producer(of: pub, at: member.site, in: room)
-        var c = ConsumerParameters(producer: producer, transport: TransportIndex(slot: 0, generation: 0), ssrc: ssrc, payloadType: pt,
-                                   extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt, redPayloadType: nil)
+        // A WHEP player is served here; a publication served by another node comes over a relay
+        // (`attachConsumer` sets the producer).
+        var c = ConsumerParameters(producer: ProducerId(slot: 0, generation: 0), transport: TransportIndex(slot: 0, generation: 0),
+                                   ssrc: ssrc, payloadType: pt, extensionIds: map, rtxSsrc: rtxSsrc, rtxPayloadType: rtxPt,
+                                   redPayloadType: nil)
         c.transportSequenceExtensionId = twcc
         // A WHEP player watches one member: its audio is never left out for not being
         // among the room's loudest (rooms.audio.forwardLoudest).
         c.pinned = true
-        let consumer: ConsumerId
-        do {
-            consumer = try remoteConsumer(await onSite(member.site, room, .addConsumer(tid, c)))
-        } catch {
-            if let forward { releaseForward(forward, in: room) }
-            throw error
-        }
-        if room.subscription(sub.id) == nil {
-            postSite(member.site, room, .removeConsumer(consumer))
-            if let forward { releaseForward(forward, in: room) }
-        } else {
-            sub.consumer = consumer
-            sub.site = member.site
-            sub.forward = forward
-            sub.consumerTransport = tid
-            sub.consumerParameters = c
-        }
+        _ = try await attachConsumer(sub, of: pub, for: member, on: tid, c, in: room)
     }
 
     /// A new publication: every egress session following its publisher by name takes it into

@@ -31,7 +31,9 @@ from impair import drop_rate_problem
 from media import SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Member, create_room, run_async, unique_name
 from waiting import await_until
-from test_cluster import host_of, in_thread
+# One body runner for the cluster modules: prints every process's state on failure and fails
+# if a node died meanwhile.
+from test_cluster import host_of, in_thread, run
 
 NODES = (1, 2, 3)
 # media.transportTimeoutSec 4 (default 10): a relay cut off is noticed sooner in (g).
@@ -47,16 +49,6 @@ def cascade():
         if dead:
             pytest.fail(f"node(s) {['n%d' % i for i in dead]} died while the module ran\n{c.describe()}",
                         pytrace=False)
-
-
-def run(c: Cluster, coro: Any, timeout: float) -> None:
-    try:
-        run_async(coro, timeout=timeout)
-    except BaseException:
-        print(c.describe())
-        raise
-    dead = [i for i in NODES if not c.alive(i)]
-    assert not dead, f"node(s) {['n%d' % i for i in dead]} died during the test\n{c.describe()}"
 
 
 RTP_COUNTERS = ("minato_rtp_packets_received_total", "minato_rtp_packets_forwarded_total")
