@@ -33,6 +33,10 @@ public struct ClusterConfiguration: Sendable, Equatable {
     /// `cluster.relayLingerMs`: how long a stream relayed to another node is kept after its
     /// last subscriber there left (a viewer reloading does not tear it down and set it up again).
     public var relayLingerMs = 5000
+    /// `cluster.loadLimitPercent`: a node takes members of rooms homed on other nodes only
+    /// while its media transports are under this percent of its `media.maxTransports` and its
+    /// CPU under this percent of its cores (both as of its last lease renewal).
+    public var loadLimitPercent = 80
 
     public init() {}
 

@@ -93,8 +93,11 @@ public actor ClusterNode {
 
     private func renew() async {
         let load = await rooms.load()
-        record.load = NodeLoad(rooms: load.rooms, members: load.members, transports: load.transports,
-                               cpuPercent: cpu.sample())
+        let cpuPercent = cpu.sample()
+        record.load = NodeLoad(rooms: load.rooms, members: load.members, transports: load.transports, cpuPercent: cpuPercent,
+                               underLimit: Self.underLimit(transports: load.transports, maxTransports: load.maxTransports,
+                                                           cpuPercent: cpuPercent, cores: ProcessInfo.processInfo.activeProcessorCount,
+                                                           limitPercent: configuration.loadLimitPercent))
         record.renewedAtMs = Self.nowMs()
         let started = ContinuousClock.now
         do {
@@ -353,6 +356,20 @@ public actor ClusterNode {
     /// Whether `node` is live and serving (not draining), as of the last renewal.
     public func isServing(_ node: String) -> Bool { live[node]?.state == .serving }
 
+    /// Whether `node` is live, serving and under its load limit (`NodeLoad.underLimit`), as of
+    /// its last renewal: whether it may serve members of rooms homed elsewhere.
+    public func takesMembers(_ node: String) -> Bool {
+        guard let record = live[node], record.state == .serving else { return false }
+        return record.load.underLimit ?? true
+    }
+
+    /// A node's own judgement of its load: `transports` under `limitPercent` of `maxTransports`
+    /// and `cpuPercent` (of one core) under `limitPercent` of `cores` cores.
+    static func underLimit(transports: Int, maxTransports: Int, cpuPercent: Double, cores: Int, limitPercent: Int) -> Bool {
+        let share = Double(limitPercent) / 100
+        return Double(transports) < share * Double(maxTransports) && cpuPercent < share * 100 * Double(max(cores, 1))
+    }
+
     /// The URL of `node` as it registered (nil when it is not live).
     public func url(of node: String) -> String? { live[node]?.url }
 
@@ -364,7 +381,7 @@ public actor ClusterNode {
             return .success(["nodes": .array(nodes.map { n in
                 ["id": .string(n.id), "url": .string(n.url), "state": .string(n.state.rawValue),
                  "load": ["rooms": .int(n.load.rooms), "members": .int(n.load.members), "transports": .int(n.load.transports),
-                          "cpuPercent": .double(n.load.cpuPercent)],
+                          "cpuPercent": .double(n.load.cpuPercent), "underLimit": .bool(n.load.underLimit ?? true)],
                  "leaseAgeMs": .int(Int(max(0, now &- n.renewedAtMs))), "self": .bool(n.id == nodeId)]
             })])
         } catch {
@@ -431,7 +448,7 @@ public struct ClusterMediaNodes: MediaNodes {
     public var maxNodesPerRoom: Int { node.configuration.maxNodesPerRoom }
     public var relayLingerMs: Int { node.configuration.relayLingerMs }
     public init(node: ClusterNode) { self.node = node }
-    public func isServing(_ id: String) async -> Bool { await node.isServing(id) }
+    public func takesMembers(_ id: String) async -> Bool { await node.takesMembers(id) }
     public func call(_ id: String, op: String, params: JSONValue) async -> Result<JSONValue, RoomError> {
         await node.call(id, op: op, params: params)
     }

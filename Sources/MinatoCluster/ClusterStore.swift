@@ -86,8 +86,13 @@ public struct NodeLoad: Sendable, Equatable, Codable {
     public var rooms: Int, members: Int, transports: Int
     /// CPU use of the process over the last interval, in percent of one core.
     public var cpuPercent: Double
-    public init(rooms: Int = 0, members: Int = 0, transports: Int = 0, cpuPercent: Double = 0) {
+    /// Whether the node is under its load limit (`cluster.loadLimitPercent`), as it judged at
+    /// this renewal: only then is it given members of rooms homed elsewhere. nil: not said
+    /// (taken as under).
+    public var underLimit: Bool?
+    public init(rooms: Int = 0, members: Int = 0, transports: Int = 0, cpuPercent: Double = 0, underLimit: Bool? = nil) {
         self.rooms = rooms; self.members = members; self.transports = transports; self.cpuPercent = cpuPercent
+        self.underLimit = underLimit
     }
 }
 

@@ -127,7 +127,9 @@ extension MediaEngine {
         if reportDeadline == .max { reportDeadline = now &+ Self.reportInterval }
         if let arrival = producers[p].nack?.received(sequence, now: now) {
             switch arrival {
-            case .gap: sendNack(producer: p, now: now)
+            case .gap:
+                countRelayGap(producer: p)
+                sendNack(producer: p, now: now)
             case .recovered:
                 producers[p].packetsRecovered &+= 1
                 packetsRecovered &+= 1
@@ -135,7 +137,9 @@ extension MediaEngine {
                 if let delay = producers[p].nack?.lastRepairDelay, delay > 0 {
                     roundTripSample(delay, transport: Int(producers[p].parameters.transport.slot))
                 }
-            case .gapTooLarge: requestKeyFrame(slot: p, now: now, cause: .nackGaveUp)
+            case .gapTooLarge:
+                countRelayGap(producer: p)
+                requestKeyFrame(slot: p, now: now, cause: .nackGaveUp)
             case .inOrder, .old: break
             }
         }
@@ -333,6 +337,7 @@ extension MediaEngine {
         resentAt[mark] = now
         consumers[c].packetsRetransmitted &+= 1
         packetsRetransmitted &+= 1
+        if transports[Int(transport.slot)].isRelay { relayPacketsRetransmitted &+= 1 }
         enqueue(transport: transport, length: length, isRtcp: false)
         rtpPacketsQueued &+= 1
         rtpBytesQueued &+= UInt64(length)
@@ -363,5 +368,13 @@ extension MediaEngine {
             return transports[Int(other.slot)].roundTripTime
         }
         return tuning.defaultRoundTripTime
+    }
+
+    /// Counts the packets producer `p`'s stream was just found missing (`NackGenerator.lastGap`)
+    /// when it comes over a relay from another node.
+    @inline(__always)
+    func countRelayGap(producer p: Int) {
+        guard transports[Int(producers[p].parameters.transport.slot)].isRelay else { return }
+        relayPacketsMissing &+= producers[p].nack?.lastGap ?? 0
     }
 }

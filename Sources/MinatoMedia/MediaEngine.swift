@@ -21,6 +21,8 @@ public final class MediaEngine {
         var router = RouterId(-1)
         /// Our SSRC for RTCP feedback sent on this transport.
         var feedbackSsrc: UInt32 = 0
+        /// A relay between nodes (its losses and resends are counted apart).
+        var isRelay = false
         /// (ssrc, producer) for demux of incoming RTP; rtx SSRCs map to -1 - producer.
         var receiveSsrcs = ContiguousArray<(ssrc: UInt32, producer: Int32)>()
         /// Consumers sending on this transport (for incoming RTCP feedback).
@@ -210,6 +212,10 @@ public final class MediaEngine {
     public internal(set) var rtpPacketsQueued: UInt64 = 0
     public internal(set) var rtpBytesQueued: UInt64 = 0
     public internal(set) var rtcpPacketsReceived: UInt64 = 0
+    /// Relays between nodes: packets found missing in streams arriving over one (before their
+    /// repair), and packets resent over one.
+    public internal(set) var relayPacketsMissing: UInt64 = 0
+    public internal(set) var relayPacketsRetransmitted: UInt64 = 0
     public internal(set) var keyFrameRequestsSent: UInt64 = 0
     /// Generic NACK packets received from subscribers / sent to publishers.
     public internal(set) var nacksReceived: UInt64 = 0
@@ -283,9 +289,10 @@ public final class MediaEngine {
     // MARK: Control (not on the packet path; may allocate)
 
     /// Registers a transport of `router`'s room; its producers and consumers stay in that router.
-    public func addTransport(router: RouterId, feedbackSsrc: UInt32) -> TransportIndex {
+    public func addTransport(router: RouterId, feedbackSsrc: UInt32, relay: Bool = false) -> TransportIndex {
         var entry = TransportEntry()
         entry.active = true
+        entry.isRelay = relay
         entry.router = router
         entry.feedbackSsrc = feedbackSsrc
         entry.rtcpBudget = RtcpBudget(packetsPerSecond: tuning.rtcpPacketsPerSecond, workPerSecond: tuning.rtcpWorkPerSecond)

@@ -41,6 +41,8 @@ public struct NackGenerator: Sendable {
     /// round-trip time to the sender, its retransmission included); 0 when it was NACKed more
     /// than once or not at all (which NACK it answers is unknown: Karn's rule).
     public private(set) var lastRepairDelay: Nanoseconds = 0
+    /// For the last `.gap` or `.gapTooLarge` arrival: how many packets were missing before it.
+    public private(set) var lastGap: UInt64 = 0
     private var unwrapper = SequenceUnwrapper()
     private var highest: UInt64 = 0
     private var started = false
@@ -64,6 +66,7 @@ public struct NackGenerator: Sendable {
             let gap = ext &- highest &- 1
             highest = ext
             if gap == 0 { return .inOrder }
+            lastGap = gap
             if gap > UInt64(capacity - missingCount) {
                 missingCount = 0
                 return .gapTooLarge

@@ -21,8 +21,8 @@ public enum MediaSite: Hashable, Sendable, CustomStringConvertible {
 /// node link (`op: "media"`) as well as run on a local worker. Transport, producer and
 /// consumer ids are those of the site that made them.
 public enum MediaCommand: Sendable, Codable {
-    /// A WebRTC transport in the room's router; `relayClient`: the connecting side of a relay.
-    case createTransport(relayClient: Bool)
+    /// A WebRTC transport in the room's router, for a client or one side of a relay.
+    case createTransport(role: TransportRole)
     case setRemote(TransportId, RemoteTransportParameters)
     case addRemoteCandidate(TransportId, String?)
     case restartIce(TransportId)
@@ -68,8 +68,8 @@ public enum MediaCommand: Sendable, Codable {
     /// Runs the command on the worker's thread; `newTransport` is the id `createTransport` gives.
     func run(on core: WorkerCore, router: RouterId, newTransport: TransportId) throws -> MediaReply {
         switch self {
-        case .createTransport(let relayClient):
-            return .transport(try core.createTransport(id: newTransport, router: router, relayClient: relayClient))
+        case .createTransport(let role):
+            return .transport(try core.createTransport(id: newTransport, router: router, role: role))
         case .setRemote(let t, let remote):
             try core.setRemote(t, remote)
         case .addRemoteCandidate(let t, let line):
@@ -166,8 +166,9 @@ public protocol MediaNodes: Sendable {
     var maxNodesPerRoom: Int { get }
     /// `cluster.relayLingerMs`: how long a relayed stream outlives its last subscriber there.
     var relayLingerMs: Int { get }
-    /// Whether `node` is live and takes new work (not draining).
-    func isServing(_ node: String) async -> Bool
+    /// Whether `node` is live, takes new work (not draining) and is under its load limit
+    /// (`cluster.loadLimitPercent`): whether it may serve members of rooms homed elsewhere.
+    func takesMembers(_ node: String) async -> Bool
     /// A node-internal call to `node` over the node link (`media`, `mediaEvent`).
     func call(_ node: String, op: String, params: JSONValue) async -> Result<JSONValue, RoomError>
 }

@@ -244,7 +244,7 @@ extension RoomService {
         }
         if member.site != .home {
             // Made on the node the member is served by; that node counts it against its limit.
-            let d = try remoteTransport(await onSite(member.site, room, .createTransport(relayClient: false)))
+            let d = try remoteTransport(await onSite(member.site, room, .createTransport(role: .client)))
             if member.removed || !rooms.contains(where: { $0 === room }) {
                 postSite(member.site, room, .closeTransport(d.id))
                 throw RoomError.memberNotFound(member.id)
@@ -255,7 +255,7 @@ extension RoomService {
         defer { transportsBeingCreated -= 1 }
         let id = TransportId(nextTransportId)
         nextTransportId &+= 1
-        let description = try remoteTransport(await onSite(.home, room, .createTransport(relayClient: false), newTransport: id))
+        let description = try remoteTransport(await onSite(.home, room, .createTransport(role: .client), newTransport: id))
         if member.removed || !rooms.contains(where: { $0 === room }) {
             workers[room.worker].post { $0.closeTransport(id) }
             throw RoomError.memberNotFound(member.id)

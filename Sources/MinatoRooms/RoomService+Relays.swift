@@ -167,10 +167,10 @@ extension RoomService {
         let started = clock.now
         do {
             let client = relay.key.a, server = relay.key.b
-            let c = try remoteTransport(await onSite(client, room, .createTransport(relayClient: true),
+            let c = try remoteTransport(await onSite(client, room, .createTransport(role: .relayClient),
                                                      newTransport: newRelayTransportId(client)))
             relay.transports[client] = c.id
-            let s = try remoteTransport(await onSite(server, room, .createTransport(relayClient: false),
+            let s = try remoteTransport(await onSite(server, room, .createTransport(role: .relayServer),
                                                      newTransport: newRelayTransportId(server)))
             relay.transports[server] = s.id
             guard room.relays[relay.key] === relay else { throw RoomError.internalError("The relay was closed.") }

@@ -26,7 +26,7 @@ extension RoomService {
     /// `cluster.maxNodesPerRoom` nodes (or already uses it); otherwise the room's home.
     func site(forMemberOn channel: ClientChannel, in room: Room) async -> MediaSite {
         guard let nodes = mediaNodes, nodes.cascade, let node = channel.node, node != nodes.nodeId else { return .home }
-        guard await nodes.isServing(node) else { return .home }
+        guard await nodes.takesMembers(node) else { return .home }
         let site = MediaSite.node(node)
         let sites = room.sites
         guard sites.contains(site) || sites.count < nodes.maxNodesPerRoom else { return .home }

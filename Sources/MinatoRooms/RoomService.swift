@@ -270,8 +270,11 @@ public actor RoomService {
     }
 
     /// What this server carries, for the cluster's placement: rooms, members, transports.
-    public func load() -> (rooms: Int, members: Int, transports: Int) {
-        (rooms.count, rooms.reduce(0) { $0 + $1.members.count }, transportOwners.count)
+    /// Rooms and members here; media transports on this node (its rooms' and those it serves
+    /// for rooms of other nodes) and their limit (`media.maxTransports`).
+    public func load() -> (rooms: Int, members: Int, transports: Int, maxTransports: Int) {
+        (rooms.count, rooms.reduce(0) { $0 + $1.members.count }, transportOwners.count + hostedTransports.count,
+         configuration.maxTransports)
     }
 
     /// The rooms open now (id, name): what a cluster node re-claims after its store lost them.

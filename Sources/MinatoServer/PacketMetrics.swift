@@ -15,7 +15,11 @@ struct WorkerTotals {
     var transportFeedback: UInt64 = 0, probes: UInt64 = 0, padding: UInt64 = 0
     var dataReceived: UInt64 = 0, dataForwarded: UInt64 = 0, dataBytesForwarded: UInt64 = 0
     var dataDrops: [String: UInt64] = [:]
+    var relay = RelayCounters()
     mutating func add(_ c: WorkerCounters) {
+        relay.packetsSent &+= c.relay.packetsSent; relay.bytesSent &+= c.relay.bytesSent
+        relay.packetsReceived &+= c.relay.packetsReceived; relay.bytesReceived &+= c.relay.bytesReceived
+        relay.packetsMissing &+= c.relay.packetsMissing; relay.packetsRetransmitted &+= c.relay.packetsRetransmitted
         dataReceived &+= c.data.messagesReceived; dataForwarded &+= c.data.messagesForwarded
         dataBytesForwarded &+= c.data.bytesForwarded
         for (k, v) in c.data.drops { dataDrops[k, default: 0] &+= v }
@@ -131,6 +135,17 @@ final class PacketMetrics: Sendable {
                 let c = registry.makeCounter(name: "minato_data_messages_dropped_total", labels: [("reason", reason)],
                                              help: "Data channel messages not forwarded, by reason (rate_limited, message_too_large, buffer_full: a lossy message a subscriber had no room for, buffer_overflow: a reliable one, which closed the subscription, ...).")
                 grow(c, n, last.dataDrops[reason] ?? 0)
+            }
+            let relayCounters: [(String, String, KeyPath<RelayCounters, UInt64>)] = [
+                ("minato_relay_rtp_packets_sent_total", "RTP packets sent to other nodes over relays (both ends of a relay count; clients' traffic excluded).", \.packetsSent),
+                ("minato_relay_rtp_bytes_sent_total", "RTP bytes (clear) sent to other nodes over relays.", \.bytesSent),
+                ("minato_relay_rtp_packets_received_total", "RTP packets received from other nodes over relays (decrypted).", \.packetsReceived),
+                ("minato_relay_rtp_bytes_received_total", "RTP bytes (clear) received from other nodes over relays.", \.bytesReceived),
+                ("minato_relay_rtp_packets_missing_total", "Packets found missing (sequence gaps) in streams from other nodes: the relay hops' loss before NACK repair.", \.packetsMissing),
+                ("minato_relay_rtp_packets_retransmitted_total", "Packets resent to other nodes over relays on their NACKs.", \.packetsRetransmitted),
+            ]
+            for (name, help, path) in relayCounters {
+                grow(registry.makeCounter(name: name, help: help), now.relay[keyPath: path], last.relay[keyPath: path])
             }
             for (reason, n) in now.drops {
                 // Made (at 0) on the first scrape, so every reason is listed.

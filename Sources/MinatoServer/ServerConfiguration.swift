@@ -466,6 +466,7 @@ struct ConfigKey: Sendable {
         .bool("cluster.cascade", { $0.cluster.cascade }) { $0.cluster.cascade = $1 },
         .int("cluster.maxNodesPerRoom", 1...64, { $0.cluster.maxNodesPerRoom }) { $0.cluster.maxNodesPerRoom = $1 },
         .int("cluster.relayLingerMs", 0...600_000, { $0.cluster.relayLingerMs }) { $0.cluster.relayLingerMs = $1 },
+        .int("cluster.loadLimitPercent", 1...100, { $0.cluster.loadLimitPercent }) { $0.cluster.loadLimitPercent = $1 },
     ]
 }
 

@@ -125,6 +125,8 @@ public final class WorkerCore {
     var drops = ContiguousArray<UInt64>(repeating: 0, count: DropReason.allCases.count)
     var rtpPacketsSent: UInt64 = 0
     var rtpBytesSent: UInt64 = 0
+    /// What crossed relays between nodes (the engine adds its NACK and resend counts in `counters`).
+    var relay = RelayCounters()
     var rtcpPacketsSent: UInt64 = 0
     var timerWakeups: UInt64 = 0
 
@@ -208,18 +210,15 @@ public final class WorkerCore {
 
     // MARK: Commands (run through MediaWorker.perform)
 
-    /// A transport for a client (ICE-lite, controlled; DTLS in the role the client's SDP leaves
-    /// us), or with `relayClient` the connecting side of a relay between two nodes: full ICE,
-    /// controlling (it checks the peer's candidates and nominates), DTLS client when its
-    /// `setRemote` says "passive". The other side of a relay is an ordinary transport. Either
-    /// carries producers and consumers alike.
-    public func createTransport(id: TransportId, router: RouterId, relayClient: Bool = false) throws -> TransportDescription {
+    /// A transport in `role` (`TransportRole`: a client's, or either side of a relay between
+    /// two nodes). Every role carries producers and consumers alike.
+    public func createTransport(id: TransportId, router: RouterId, role: TransportRole = .client) throws -> TransportDescription {
         assertOnThread()
-        let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max))
+        let index = engine.addTransport(router: router, feedbackSsrc: UInt32.random(in: 1...UInt32.max), relay: role.isRelay)
         do {
             let secure = try SecureTransport(runtime: runtime, now: monotonicNow(), timeouts: timeouts)
             let transport = WebRtcTransport(id: id, index: index, worker: self, secure: secure, direct: direct,
-                                            agentTimers: agentTimers, relayClient: relayClient)
+                                            agentTimers: agentTimers, role: role)
             let description = try transport.open(runtime: runtime, context: context, configuration: ice)
             adopt(transport)
             return description
@@ -323,6 +322,9 @@ public final class WorkerCore {
             transportFeedbackSent: engine.transportFeedbackSent, probesStarted: engine.probesStarted,
             paddingPacketsSent: engine.paddingPacketsSent)
         c.data = dataCounters
+        c.relay = relay
+        c.relay.packetsMissing = engine.relayPacketsMissing
+        c.relay.packetsRetransmitted = engine.relayPacketsRetransmitted
         return c
     }
 
@@ -336,6 +338,10 @@ public final class WorkerCore {
         let now = monotonicNow()
         switch t.received(datagram, now: now, engine: engine) {
         case .rtp(let packet):
+            if t.isRelay {
+                relay.packetsReceived &+= 1
+                relay.bytesReceived &+= UInt64(packet.count)
+            }
             var arrival: Nanoseconds = 0
             if engine.recordsArrivals(on: t.index) {
                 if let kernelArrival {
@@ -433,7 +439,11 @@ public final class WorkerCore {
             drops[DropReason.iceNotConnected.rawValue] &+= UInt64(count)
             return
         }
+        guard t.isRelay else { account(count); return }
+        let packets = rtpPacketsSent, bytes = rtpBytesSent
         account(count)
+        relay.packetsSent &+= rtpPacketsSent &- packets
+        relay.bytesSent &+= rtpBytesSent &- bytes
     }
 
     /// Counts the scratch entries of one send call by what the kernel said of each: sent

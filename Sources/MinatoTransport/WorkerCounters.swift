@@ -41,4 +41,6 @@ public struct WorkerCounters: Sendable {
     public var paddingPacketsSent: UInt64 = 0
     /// Data channels (WorkerCore+Data.swift).
     public var data = DataCounters()
+    /// RTP that crossed relays between nodes.
+    public var relay = RelayCounters()
 }

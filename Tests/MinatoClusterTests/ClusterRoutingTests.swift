@@ -1,3 +1,4 @@
+import Foundation
 import XCTest
 @testable import MinatoCluster
 import MinatoRooms
@@ -24,6 +25,25 @@ final class ClusterRoutingTests: XCTestCase {
         XCTAssertNil(ClusterConfiguration.nodeId(of: ".abc"))
         XCTAssertNil(ClusterConfiguration.nodeId(of: "bad_node.abc"))
         XCTAssertNil(ClusterConfiguration.nodeId(of: String(repeating: "a", count: 33) + ".x"))
+    }
+
+    /// A node's judgement of its own load (`NodeLoad.underLimit`): transports and CPU both under
+    /// `cluster.loadLimitPercent`; an old record that says nothing counts as under.
+    func testLoadLimit() throws {
+        func under(_ t: Int, _ cpu: Double, cores: Int = 2, limit: Int = 80) -> Bool {
+            ClusterNode.underLimit(transports: t, maxTransports: 2000, cpuPercent: cpu, cores: cores, limitPercent: limit)
+        }
+        XCTAssertTrue(under(0, 0))
+        XCTAssertTrue(under(1599, 159.9))
+        XCTAssertFalse(under(1600, 0), "80% of 2000 transports")
+        XCTAssertFalse(under(0, 160), "80% of two cores")
+        XCTAssertTrue(under(0, 160, cores: 4))
+        XCTAssertFalse(under(0, 90, cores: 0), "no core count: one core")
+        XCTAssertTrue(under(19, 0, limit: 1), "1% of 2000 is 20")
+        XCTAssertFalse(under(20, 0, limit: 1))
+        XCTAssertFalse(ClusterNode.underLimit(transports: 0, maxTransports: 0, cpuPercent: 0, cores: 2, limitPercent: 80))
+        let old = try JSONDecoder().decode(NodeLoad.self, from: Data(#"{"rooms":1,"members":2,"transports":3,"cpuPercent":4}"#.utf8))
+        XCTAssertNil(old.underLimit)
     }
 
     func testConfigurationProblems() {

@@ -151,6 +151,34 @@ extension EngineHarness {
         #expect(pli == 1 && h.engine.keyFrameRequests(.nackGaveUp) == 1)
     }
 
+    @Test func relayHopsCountTheirLossAndResendsApart() throws {
+        let h = EngineHarness()
+        // A client's stream with two packets missing: not a relay's loss.
+        let p = try h.nackedVideoToOneSubscriber()
+        h.send(keyframe: true)
+        h.publisherSeq &+= 2
+        h.send()
+        #expect(h.engine.nacksSent == 1 && h.engine.relayPacketsMissing == 0)
+        // A stream arriving over a relay from another node, three packets missing.
+        let inbound = h.engine.addTransport(router: h.router, feedbackSsrc: 0xCAFE, relay: true)
+        _ = try h.engine.addProducer(ProducerParameters(transport: inbound, kind: .video, ssrc: 0x2222, payloadType: 96,
+                                                        clockRate: 90_000, codec: .vp8, keyFrameRequest: .pli, nack: true))
+        for seq: UInt16 in [10, 11, 15] {
+            var bytes = h.packet(ssrc: 0x2222, seq: seq, ts: UInt32(seq) * 3000, payload: [0x10, 0x00])
+            bytes.withUnsafeMutableBytes { h.engine.handleRtp(from: inbound, packet: $0, now: h.now) }
+        }
+        _ = h.drain()
+        #expect(h.engine.relayPacketsMissing == 3)
+        // Resends: over a relay to another node counted apart, to a client not.
+        let outbound = h.engine.addTransport(router: h.router, feedbackSsrc: 0xBEEF, relay: true)
+        _ = try h.consumer(p, on: outbound, ssrc: 0xC0C0)
+        let sent = h.send(keyframe: true).compactMap { $0.transport == outbound ? $0.rtp : nil }
+        let seq = try #require(sent.first).seq
+        h.nack([seq], ssrc: 0xC0C0, on: outbound)
+        #expect(h.drain().count == 1)
+        #expect(h.engine.relayPacketsRetransmitted == 1 && h.engine.packetsRetransmitted == 1)
+    }
+
     @Test func rtxFromThePublisherFillsTheGapAndDuplicatesAreDropped() throws {
         let h = EngineHarness()
         try h.nackedVideoToOneSubscriber()

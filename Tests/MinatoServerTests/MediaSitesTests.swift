@@ -24,7 +24,7 @@ import MinatoMedia
         let remote = RemoteTransportParameters(iceUfrag: "u", icePwd: "p", fingerprintAlgorithm: "sha-256", fingerprint: "AB:CD",
                                                setup: "active", candidates: ["candidate:1 1 udp 1 198.18.2.11 40000 typ host"],
                                                endOfCandidates: true)
-        return [.createTransport(relayClient: true), .setRemote(t, remote), .addRemoteCandidate(t, nil),
+        return [.createTransport(role: .relayClient), .setRemote(t, remote), .addRemoteCandidate(t, nil),
                 .addRemoteCandidate(t, "candidate:2 1 udp 1 198.18.2.12 40001 typ host"), .restartIce(t),
                 .addProducer(t, pp), .addConsumer(t, cp), .removeProducer(p), .removeConsumer(c), .setPaused(p, true),
                 .setPreferredLayer(c, nil), .setPreferredLayer(c, 2), .requestKeyFrame(p), .pairTransports(t, TransportId(8)),
@@ -65,11 +65,11 @@ import MinatoMedia
         #expect(early.failureName == "invalidParameter")
         let garbage = await rooms.hostMedia(from: "n1", params: ["room": "n1.room", "cmd": "{\"bogus\":1}"])
         #expect(garbage.failureName == "invalidParameter")
-        let nameless = await rooms.hostMedia(from: "n1", params: ["cmd": .string(MediaCommand.createTransport(relayClient: false).encoded())])
+        let nameless = await rooms.hostMedia(from: "n1", params: ["cmd": .string(MediaCommand.createTransport(role: .client).encoded())])
         #expect(nameless.failureName == "invalidParameter")
         #expect(try await Self.transports(worker) == 0)
 
-        let made = await rooms.hostMedia(from: "n1", params: Self.params("n1.room", .createTransport(relayClient: false)))
+        let made = await rooms.hostMedia(from: "n1", params: Self.params("n1.room", .createTransport(role: .client)))
         let text = try #require(made.successValue?["reply"]?.stringValue)
         guard case .transport(let d)? = MediaReply.decoded(text) else { Issue.record("not a transport: \(text)"); return }
         #expect(d.iceLite)

@@ -151,8 +151,8 @@ struct RelayTransportTests {
         }
 
         // The relay: B connects (full ICE, controlling; DTLS client since A is "passive").
-        let relayA = try await a.perform { try $0.createTransport(id: ta, router: router) }
-        let relayB = try await b.perform { try $0.createTransport(id: tb, router: router, relayClient: true) }
+        let relayA = try await a.perform { try $0.createTransport(id: ta, router: router, role: .relayServer) }
+        let relayB = try await b.perform { try $0.createTransport(id: tb, router: router, role: .relayClient) }
         #expect(relayA.iceLite)
         #expect(!relayB.iceLite)
         try await a.perform { try $0.setRemote(ta, RelayTransportTests.remote(relayB, setup: "active")) }
@@ -204,6 +204,12 @@ struct RelayTransportTests {
         #expect(received >= 100)
         let relayed = try await b.perform { core in core.counters.rtpPacketsReceived }
         #expect(relayed >= UInt64(received))
+        // Both ends count the relay's RTP apart from the clients' (A sends on it, B receives).
+        let aRelay = try await a.perform { $0.counters.relay }
+        let bRelay = try await b.perform { $0.counters.relay }
+        #expect(aRelay.packetsSent >= UInt64(received) && aRelay.bytesSent == aRelay.packetsSent * 300)
+        #expect(bRelay.packetsReceived >= UInt64(received) && bRelay.bytesReceived == bRelay.packetsReceived * 300)
+        #expect(aRelay.packetsReceived == 0 && bRelay.packetsSent == 0)
 
         // A PLI from the subscriber reaches the publisher through both workers (each counts a
         // keyframe request caused by its subscriber: B's subscriber is the client, A's is the relay).

@@ -51,7 +51,8 @@ def cascade():
                         pytrace=False)
 
 
-RTP_COUNTERS = ("minato_rtp_packets_received_total", "minato_rtp_packets_forwarded_total")
+RTP_COUNTERS = ("minato_rtp_packets_received_total", "minato_rtp_packets_forwarded_total",
+                "minato_relay_rtp_packets_sent_total", "minato_relay_rtp_packets_received_total")
 
 
 def counters(c: Cluster, i: int, names: tuple[str, ...] = RTP_COUNTERS) -> dict[str, float]:
@@ -170,6 +171,15 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
                     f"n{node} received {rx} packets over the relay, n{h} received {rx_h} from A: expected one stream"
                 assert 2.6 * rx <= fw <= 3.5 * rx, \
                     f"n{node} forwarded {fw} packets for {rx} received: expected about 3x (its three subscribers)"
+            # The relay counters tell the same: n{h} sends to other nodes only over relays (every
+            # subscriber is elsewhere), and what each other node receives comes over its relay.
+            relay_out = delta[h]["minato_relay_rtp_packets_sent_total"]
+            assert relay_out == fw_h, f"n{h}: {relay_out} packets sent over relays, {fw_h} forwarded in all"
+            for node in others:
+                relay_in, rx = delta[node]["minato_relay_rtp_packets_received_total"], delta[node]["minato_rtp_packets_received_total"]
+                assert relay_in == rx and delta[node]["minato_relay_rtp_packets_sent_total"] == 0, \
+                    f"n{node}: {relay_in} packets received over relays of {rx} in all; " \
+                    f"{delta[node]['minato_relay_rtp_packets_sent_total']} sent over relays (expected 0)"
 
             # The admin API on the room's node: its nodes, who serves whom, the two relays.
             status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{rid}/stats")
@@ -263,7 +273,9 @@ def test_loss_on_one_relay_is_repaired_per_hop(cascade):
             for k in range(3):
                 await call.subscriber(far, f"L{k}")
             await call.decoding()
-            repair = ("minato_rtcp_nacks_sent_total", "minato_rtp_packets_retransmitted_total")
+            repair = ("minato_rtcp_nacks_sent_total", "minato_rtp_packets_retransmitted_total",
+                      "minato_relay_rtp_packets_missing_total", "minato_relay_rtp_packets_retransmitted_total",
+                      "minato_relay_rtp_packets_received_total")
             before = {i: await in_thread(counters, c, i, repair) for i in (h, far)}
             c.lossy_link(h, far, 2.0)
             try:
@@ -279,6 +291,15 @@ def test_loss_on_one_relay_is_repaired_per_hop(cascade):
                   f"NACKs sent by n{far} {nacks:.0f}, packets resent by n{h} {resent:.0f}")
             assert nacks > 0 and resent > 0, \
                 f"the relay hop repaired nothing: n{far} sent {nacks} NACKs, n{h} resent {resent} packets"
+            # The relay metrics count that hop's loss and repair apart from the clients'.
+            missing = after[far][repair[2]] - before[far][repair[2]]
+            relay_resent = after[h][repair[3]] - before[h][repair[3]]
+            relayed = after[far][repair[4]] - before[far][repair[4]]
+            print(f"relay metrics: n{far} found {missing:.0f} of {relayed:.0f} relayed packets missing, "
+                  f"n{h} resent {relay_resent:.0f} over the relay")
+            assert relay_resent == resent, f"n{h} resent {resent} packets, {relay_resent} of them over relays"
+            assert 0 < missing <= 0.06 * relayed, \
+                f"n{far}: {missing} packets missing of {relayed} relayed with 2% loss on the relay"
             both = {k: sum(x[k] for x in counted.values()) for k in ("seen", "dropped")}
             problem = drop_rate_problem(both, 0.02)
             assert not problem, f"the loss rules n{h}<->n{far}: {problem} ({counted})"
@@ -389,3 +410,63 @@ def test_relay_cut_off_is_made_again(cascade):
             assert after[names[2]] > before[names[2]], f"no subscription was reattached: {before} -> {after}"
 
     run(c, body(), timeout=90)
+
+
+async def nodes_seen(c: Cluster, h: int, far: int, want: Any) -> dict[str, Any]:
+    """Waits until n`far`'s record (GET /v1/nodes on n`h`) satisfies `want` and n`h` renewed
+    its lease (reading the live nodes again) at least 0.2 s after n`far` wrote that record:
+    then n`h` places members by it. Returns n`far`'s record."""
+    seen: dict[str, Any] = {}
+    since: list[float] = []   # when n`far` first wrote a record that satisfies `want`
+
+    def ok() -> bool:
+        status, _, body = c.admin(h, "GET", "/v1/nodes")
+        assert status == 200, f"GET /v1/nodes on n{h}: {status} {body}"
+        now = time.time() * 1000
+        rec = {n["id"]: n for n in body["nodes"]}
+        if f"n{far}" not in rec or f"n{h}" not in rec:
+            return False
+        seen.clear()
+        seen.update(rec[f"n{far}"])
+        if not since and want(seen):
+            since.append(now - seen["leaseAgeMs"])
+        return bool(since) and now - rec[f"n{h}"]["leaseAgeMs"] > since[0] + 200
+    await await_until(ok, 10, f"n{h} to see a record of n{far} that satisfies the test", interval=0.1,
+                      state=lambda: dict(seen))
+    return seen
+
+
+def test_node_over_its_load_limit_is_given_no_members(cascade):
+    """(h) A node over its load limit (cluster.loadLimitPercent of its media.maxTransports, as
+    it judges at each lease renewal) is not given members of rooms homed elsewhere: they are
+    served by the room's node instead, and decode. The far node is restarted with
+    media.maxTransports 100 and loadLimitPercent 1 (a limit of one transport): its first
+    subscriber is served there (it is at 0), which with the relay makes 2 transports; the
+    second subscriber through it is served by the room's node. The last test of the module:
+    the far node keeps that configuration."""
+    c = cascade
+
+    async def body() -> None:
+        async with publishing_room(c, "cascade-load") as call:
+            h = call.h
+            far = [i for i in NODES if i != h][-1]
+            await in_thread(c.kill_node, far)
+            await in_thread(c.start_node, far, **NODE_ENV, MINATO_MEDIA_MAX_TRANSPORTS="100",
+                            MINATO_CLUSTER_LOAD_LIMIT_PERCENT="1")
+            await in_thread(c.wait_ready, far)
+            await nodes_seen(c, h, far, lambda n: n["load"]["underLimit"] and n["load"]["transports"] == 0)
+            first, _ = await call.subscriber(far, "first")
+            full = await nodes_seen(c, h, far, lambda n: not n["load"]["underLimit"])
+            second, _ = await call.subscriber(far, "second")
+            await call.decoding()
+            status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{call.rid}/stats")
+            assert status == 200, f"GET /v1/rooms/{call.rid}/stats on n{h}: {status} {stats}"
+            served = {m["memberId"]: m["nodeId"] for m in stats.get("memberNodes", [])}
+            print(f"n{far} over its limit: {full['load']}; members served by {served}")
+            assert served.get(first.id) == f"n{far}", f"the first subscriber (n{far} under its limit) served by {served.get(first.id)}"
+            assert served.get(second.id) == f"n{h}", \
+                f"the second subscriber (n{far} over its limit: {full['load']}) served by {served.get(second.id)}, not the room's n{h}"
+            cands = sdp_candidate_addresses(second.recv_pc.remoteDescription.sdp)
+            assert set(cands) == {node_addr(h)}, f"the second subscriber's offer names {cands}, not n{h}'s {node_addr(h)}"
+
+    run(c, body(), timeout=60)
