@@ -412,6 +412,47 @@ def test_relay_cut_off_is_made_again(cascade):
     run(c, body(), timeout=90)
 
 
+def test_room_node_killed_closes_the_room_and_frees_its_media_elsewhere(cascade):
+    """(i) SIGKILL the room's node while two other nodes serve its subscribers: each subscriber's
+    client gets the room `closed` with reason nodeFailed, and each serving node frees what it
+    held for the room (its `minato_transports` gauge back to at most what it was before the
+    room's members came). The node is started again afterwards."""
+    c = cascade
+    gauge = ("minato_transports",)
+
+    async def body() -> None:
+        async with publishing_room(c, "cascade-home") as call:
+            h = call.h
+            others = [i for i in NODES if i != h]
+            baseline = {i: (await in_thread(counters, c, i, gauge))[gauge[0]] for i in others}
+            subs = {i: (await call.subscriber(i, f"S{i}"))[0] for i in others}
+            await call.decoding()
+            held = {i: (await in_thread(counters, c, i, gauge))[gauge[0]] for i in others}
+            for i in others:
+                assert held[i] >= baseline[i] + 2, f"n{i} holds {held[i]} transports (before the room's members: {baseline[i]})"
+            killed_at = time.monotonic()
+            await in_thread(c.kill_node, h)
+            for i, m in subs.items():
+                ev = await m.conn.wait_event(lambda e: e.get("roomId") == call.rid and e.get("type") == "closed", timeout=15)
+                assert ev.get("reason") == "nodeFailed", f"S{i} (served by n{i}): closed event {ev}"
+            print(f"room's node n{h} killed: closed nodeFailed at every subscriber {time.monotonic() - killed_at:.2f} s later")
+
+            async def freed() -> bool:
+                now = {i: (await in_thread(counters, c, i, gauge))[gauge[0]] for i in others}
+                return all(now[i] <= baseline[i] for i in others)
+            await await_until(freed, 10, f"the serving nodes to free the room's transports (before {baseline}, held {held})")
+            print(f"transports on the serving nodes: before {baseline}, with the room {held}, freed "
+                  f"{time.monotonic() - killed_at:.2f} s after the kill")
+
+    try:
+        run_async(body(), timeout=60)
+    finally:
+        for i in NODES:
+            if not c.alive(i):
+                c.start_node(i, **NODE_ENV)
+                c.wait_ready(i)
+
+
 async def nodes_seen(c: Cluster, h: int, far: int, want: Any) -> dict[str, Any]:
     """Waits until n`far`'s record (GET /v1/nodes on n`h`) satisfies `want` and n`h` renewed
     its lease (reading the live nodes again) at least 0.2 s after n`far` wrote that record:
