@@ -259,6 +259,10 @@ final class RoomPublication {
     /// Its producer, on `site` (the publisher's).
     var producer: ProducerId?
     var site: MediaSite = .home
+    /// Audio with levels published on another site: its stream relayed to the room's node for
+    /// the room's speaker detector (`hearSpeaker`), once that is made; `hearing` while it is.
+    var speakerForward: ForwardKey?
+    var hearing = false
     /// A data publication (`contentType` "data"): its channel's label on the publisher's send
     /// connection and the reliability its subscribers' channels get. Nil for media.
     let data: DataPublication?

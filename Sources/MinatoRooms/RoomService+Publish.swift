@@ -88,6 +88,7 @@ extension RoomService {
         room.publications.append(pub)
         emit(room, "streamPublished", ["publication": pub.json])
         await followPublication(pub, in: room)
+        hearSpeaker(pub, in: room)
         return PublishResult(publication: pub.json, answer: .init(type: "answer", sdp: answer))
     }
 

@@ -239,6 +239,10 @@ extension RoomService {
             sub.consumer = nil
             sub.forward = nil
         }
+        for pub in room.publications where pub.speakerForward.map({ k in crossed.contains { $0.key == k } }) ?? false {
+            pub.speakerForward = nil
+            hearSpeaker(pub, in: room, attempt: 1)
+        }
         Counter(label: "minato_cluster_relay_failures_total").increment()
         logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)",
                                                   "subscriptions": "\(orphans.count)"])

@@ -12,7 +12,10 @@ extension RoomService {
         guard let room = rooms.first(where: { $0.router == router }) else { return }
         var speakers: [JSONValue] = []
         for s in list {
-            guard let pub = room.publications.first(where: { $0.site == .home && $0.producer == s.producer }) else { continue }
+            // A home publication's own producer, or the relayed stream of one served elsewhere.
+            guard let pub = room.publications.first(where: { $0.site == .home && $0.producer == s.producer })
+                ?? room.forwards.values.first(where: { $0.key.site == .home && $0.producer == s.producer })
+                    .flatMap({ room.publication($0.key.publication) }) else { continue }
             // Three decimals: the level is a smoothed estimate, not a measurement to the last bit.
             let level = (Double(s.level) * 1000).rounded() / 1000
             speakers.append(["memberId": .string(pub.publisherId), "publicationId": .string(pub.id),
@@ -25,5 +28,35 @@ extension RoomService {
         for m in room.members { if let c = m.channel, sent.insert(c.id).inserted { outbox.append((c, text)) } }
         for (id, c) in room.listeners where sent.insert(id).inserted { outbox.append((c, text)) }
         flushOutbox()
+    }
+
+    /// Audio with levels published by a member served by another node is relayed to the room's
+    /// node too, whoever subscribes to it, so the room's one speaker detector (on its router)
+    /// hears every member wherever it is served. The relayed stream is held (one reference)
+    /// until the publication ends; when its relay fails it is made again after 1 s, doubling
+    /// to 30 s while it cannot be.
+    func hearSpeaker(_ pub: RoomPublication, in room: Room, attempt: Int = 0) {
+        guard pub.site != .home, pub.contentType == "audio", pub.stream?.audioLevelExtensionId != nil,
+              pub.speakerForward == nil, !pub.hearing else { return }
+        pub.hearing = true
+        Task {
+            if attempt > 0 { try? await Task.sleep(for: .milliseconds(min(1000 << min(attempt - 1, 5), 30_000))) }
+            guard room.publication(pub.id) === pub, self.rooms.contains(where: { $0 === room }) else {
+                pub.hearing = false
+                return
+            }
+            do {
+                let (_, key) = try await self.producer(of: pub, at: .home, in: room)
+                pub.hearing = false
+                guard let key else { return }
+                guard room.publication(pub.id) === pub else { return self.releaseForward(key, in: room) }
+                pub.speakerForward = key
+            } catch {
+                pub.hearing = false
+                self.logger.warning("a speaker's audio could not be relayed to the room's node", metadata: [
+                    "room": "\(room.id)", "publication": "\(pub.id)", "attempt": "\(attempt)", "error": "\(error)"])
+                self.hearSpeaker(pub, in: room, attempt: attempt + 1)
+            }
+        }
     }
 }

@@ -28,7 +28,7 @@ import pytest
 
 from cluster import Cluster, node_addr, request, running_cluster, sdp_candidate_addresses
 from impair import drop_rate_problem
-from media import SyntheticVideoTrack, VideoSink, measure_window
+from media import ScheduledToneTrack, SyntheticVideoTrack, VideoSink, measure_window
 from minato_client import Member, create_room, run_async, unique_name
 from waiting import await_until
 # One body runner for the cluster modules: prints every process's state on failure and fails
@@ -410,6 +410,74 @@ def test_relay_cut_off_is_made_again(cascade):
             assert after[names[2]] > before[names[2]], f"no subscription was reattached: {before} -> {after}"
 
     run(c, body(), timeout=90)
+
+
+# (j): B speaks from VOICE[0] to VOICE[1] s after t0. A speaker is listed after about 200 ms of
+# voice and dropped after 300 ms of silence, and events come at most every 300 ms
+# (docs/protocol.md "Active speakers"); on one node test_speakers.py holds the list to 500 ms.
+# Here the audio crosses a relay first. Measured: listed 0.35-0.45 s after the voice began, empty
+# 0.40-0.55 s after it ended.
+VOICE = (1.0, 3.0)
+SPEAKER_BOUND = 1.0
+
+
+def test_speaker_served_by_another_node_is_heard(cascade):
+    """(j) Active speakers across nodes: B joins through a node that is not the room's and
+    publishes speech-like audio (aiortc puts the RFC 6464 level in each packet); nobody
+    subscribes to it. An observer joined through the room's node gets `activeSpeakersChanged`
+    listing B's publication within SPEAKER_BOUND of B's voice starting and an empty list within
+    SPEAKER_BOUND of it stopping: B's audio is relayed to the room's node for its speaker
+    detector, whoever subscribes."""
+    c = cascade
+
+    async def body() -> None:
+        room = await create_room(c.ws_url(1), unique_name("cascade-speaker"))
+        rid = room["id"]
+        h = await host_of(c, rid)
+        o = [i for i in NODES if i != h][0]
+        members: list[Member] = []
+        try:
+            observer = await Member.join(c.ws_url(h), rid, "observer")
+            members.append(observer)
+            b = await Member.join(c.ws_url(o), rid, "B")
+            members.append(b)
+            clock: dict = {"t0": None}
+            pub = await b.publish(ScheduledToneTrack(clock, [VOICE]))
+            await await_until(lambda: b.send_pc and b.send_pc.connectionState == "connected", 15,
+                              "B's send connection to be connected")
+            status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{rid}/stats")
+            assert status == 200, f"GET /v1/rooms/{rid}/stats on n{h}: {status} {stats}"
+            served = {m["memberId"]: m["nodeId"] for m in stats.get("memberNodes", [])}
+            assert served.get(b.id) == f"n{o}", f"B joined through n{o} but is served by {served.get(b.id)}"
+            t0 = time.monotonic()
+            clock["t0"] = t0
+
+            def listed(e: dict) -> list[str]:
+                return [s["publicationId"] for s in e["data"]["speakers"]]
+
+            def first(pred: Any) -> Any:
+                return next((e for e in observer.conn.speaker_events if e["receivedAt"] >= t0 and pred(e)), None)
+            await await_until(lambda: first(lambda e: pub.id in listed(e)), VOICE[0] + SPEAKER_BOUND + 2,
+                              "activeSpeakersChanged listing B (served by another node)",
+                              state=lambda: observer.conn.speaker_events[-3:])
+            on = first(lambda e: pub.id in listed(e))
+            speaker = next(s for s in on["data"]["speakers"] if s["publicationId"] == pub.id)
+            assert speaker["memberId"] == b.id, f"B's publication listed with member {speaker['memberId']}, not B's {b.id}"
+            await await_until(lambda: first(lambda e: e["receivedAt"] > on["receivedAt"] and not listed(e)),
+                              VOICE[1] - VOICE[0] + SPEAKER_BOUND + 2, "an empty speaker list after B stopped")
+            off = first(lambda e: e["receivedAt"] > on["receivedAt"] and not listed(e))
+            listed_after = on["receivedAt"] - (t0 + VOICE[0])
+            empty_after = off["receivedAt"] - (t0 + VOICE[1])
+            print(f"B served by n{o}, room on n{h}: listed {listed_after:.2f} s after its voice began, "
+                  f"empty list {empty_after:.2f} s after it ended (level {speaker['level']})")
+            assert listed_after <= SPEAKER_BOUND, f"B listed {listed_after:.2f} s after its voice began"
+            assert -0.1 <= empty_after <= SPEAKER_BOUND, f"the list emptied {empty_after:.2f} s after B's voice ended"
+        finally:
+            for m in members:
+                with contextlib.suppress(Exception):
+                    await m.close()
+
+    run(c, body(), timeout=60)
 
 
 def test_room_node_killed_closes_the_room_and_frees_its_media_elsewhere(cascade):
