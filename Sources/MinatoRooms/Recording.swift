@@ -51,6 +51,9 @@ final class Recording {
         var preferredLayer: Int? = nil
         /// The publisher's format parameters (a playback publishes the stream with them).
         var fmtp: String?
+        /// A publication served by another node (`cluster.cascade`): its stream relayed to the
+        /// room's node, where the recorder is, held (one reference) while the recording runs.
+        var forward: ForwardKey? = nil
     }
 
     let id: String

@@ -49,7 +49,15 @@ extension RoomService {
                                                                start: Date(), id: id, format: format)
         var streams: [Recording.Stream] = []
         for (i, pub) in pubs.enumerated() {
-            guard let stream = pub.stream, let producer = pub.producer else { continue }
+            guard let stream = pub.stream else { continue }
+            // A publication served by another node is recorded from its stream relayed here.
+            let producer: ProducerId, forward: ForwardKey?
+            do {
+                (producer, forward) = try await self.producer(of: pub, at: .home, in: room)
+            } catch {
+                for s in streams { if let f = s.forward { releaseForward(f, in: room) } }
+                throw error
+            }
             let tid = TransportId(nextTransportId)
             nextTransportId += 1
             streams.append(Recording.Stream(publicationId: pub.id, kind: pub.contentType, codec: stream.codec.codec.codec,
@@ -57,7 +65,7 @@ extension RoomService {
                                             recorderRtpPort: ports[2 * i], recorderRtcpPort: ports[2 * i + 1],
                                             transport: tid, producer: producer,
                                             preferredLayer: pub.contentType == "video" ? pub.layerCap(preferredEncodingId: encodingId) : nil,
-                                            fmtp: stream.codec.codec.parameters.text))
+                                            fmtp: stream.codec.codec.parameters.text, forward: forward))
         }
         let recording = Recording(id: id, roomId: room.id, memberId: pubs[0].publisherId, file: file, format: format, streams: streams)
         recording.encodingId = encodingId
@@ -126,9 +134,6 @@ extension RoomService {
         for p in pubs {
             guard let codec = p.stream?.codec.codec.codec, p.producer != nil else {
                 throw Self.notRecordable("Publication '\(p.id.prefix(80))' is not audio or video with media flowing.")
-            }
-            guard p.site == .home else {
-                throw Self.notRecordable("Publication '\(p.id.prefix(80))' is served by another node of the cluster (cluster.cascade); recording it is not available yet.")
             }
             guard codec != .av1 else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is AV1, which the recorder does not take.") }
             guard p.enabled else { throw Self.notRecordable("Publication '\(p.id.prefix(80))' is disabled: it sends nothing to record.") }
@@ -298,8 +303,21 @@ extension RoomService {
     private func closeRecordingTransports(_ r: Recording) {
         guard let room = rooms.first(where: { $0.id == r.roomId }) else { return }
         let ids = r.streams.map(\.transport)
-        for i in r.streams.indices { r.streams[i].consumer = nil }
+        for i in r.streams.indices {
+            r.streams[i].consumer = nil
+            if let f = r.streams[i].forward { releaseForward(f, in: room) }
+            r.streams[i].forward = nil
+        }
         workers[room.worker].post { core in for id in ids { core.closeTransport(id) } }
+    }
+
+    /// Relayed streams stopped (their relay failed): the recordings fed by them stop (reason
+    /// `relayFailed`), their files finished with what they had.
+    func relayedStreamsStopped(_ keys: [ForwardKey]) {
+        for r in recordings where r.isActive && r.streams.contains(where: { s in s.forward.map(keys.contains) ?? false }) {
+            for i in r.streams.indices { r.streams[i].forward = nil }   // already stopped
+            stopRecording(r, reason: "relayFailed")
+        }
     }
 
     /// A publication ended (unpublished, its member left, the room closed): its recordings stop.

@@ -239,6 +239,7 @@ extension RoomService {
             sub.consumer = nil
             sub.forward = nil
         }
+        relayedStreamsStopped(crossed.map(\.key))
         for pub in room.publications where pub.speakerForward.map({ k in crossed.contains { $0.key == k } }) ?? false {
             pub.speakerForward = nil
             hearSpeaker(pub, in: room, attempt: 1)

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,8 +41,10 @@ from test_cluster import host_of, in_thread, run
 
 NODES = (1, 2, 3)
 # media.transportTimeoutSec 4 (default 10): a relay cut off is noticed sooner in (g).
+RECORDINGS = Path(__file__).resolve().parents[2] / "artifacts/interop/cascade-recordings"
 NODE_ENV = {"MINATO_CLUSTER_CASCADE": "true", "MINATO_CLUSTER_RELAY_LINGER_MS": "5000",
-            "MINATO_MEDIA_TRANSPORT_TIMEOUT_SEC": "4"}
+            "MINATO_MEDIA_TRANSPORT_TIMEOUT_SEC": "4",
+            "MINATO_RECORDING_DIRECTORY": str(RECORDINGS), "MINATO_RECORDING_MIN_FREE_BYTES": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -478,6 +484,51 @@ def test_speaker_served_by_another_node_is_heard(cascade):
                     await m.close()
 
     run(c, body(), timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("gst-launch-1.0") is None or shutil.which("ffprobe") is None,
+                    reason="gst-launch-1.0 and ffprobe are installed by the test command")
+def test_recording_of_a_publisher_served_by_another_node(cascade):
+    """(k) A publisher served by a node that is not the room's is recorded on the room's node
+    (where the recorder runs) from its stream relayed there, though nobody subscribes: the
+    admin API starts it, the relay from the publisher's node to the room's node carries one
+    stream, and the finished file holds at least 80% of the frames A sent in the 3 s after it
+    started (those before the stop request; the file may hold a few more)."""
+    c = cascade
+
+    async def body() -> None:
+        def elsewhere(h: int) -> int:
+            return [i for i in NODES if i != h][0]
+        async with publishing_room(c, "cascade-rec", publisher_node=elsewhere) as call:
+            h, o = call.h, elsewhere(call.h)
+            await await_until(lambda: call.a.send_pc and call.a.send_pc.connectionState == "connected", 15,
+                              "A's send connection to be connected")
+            status, _, body = await in_thread(c.admin, h, "POST", f"/v1/rooms/{call.rid}/recordings", {"memberId": call.a.id})
+            assert status == 201, f"POST recordings on n{h} for A served by n{o}: {status} {body}"
+            rec = body["recording"]
+            sent_at_start = call.video.frames_sent
+            await asyncio.sleep(3.0)
+            sent = call.video.frames_sent - sent_at_start
+            status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{call.rid}/stats")
+            relays = [r for r in stats.get("relays", []) if sorted(r["nodes"]) == sorted((f"n{h}", f"n{o}"))]
+            out = [d for r in relays for d in r["directions"] if d["from"] == f"n{o}"]
+            assert len(out) == 1 and out[0]["streams"] == 1, f"relay n{o}->n{h} while recording: {relays}"
+            status, _, body = await in_thread(c.admin, h, "DELETE", f"/v1/rooms/{call.rid}/recordings/{rec['id']}", timeout=30)
+            assert status == 200 and body["recording"]["state"] == "stopped", f"stop: {status} {body}"
+            out = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v",
+                                  "-show_entries", "stream=codec_name,nb_read_frames", "-of", "json", rec["file"]],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, f"ffprobe failed on {rec['file']}: {out.stderr}"
+            streams = json.loads(out.stdout)["streams"]
+            frames = int(streams[0]["nb_read_frames"]) if streams else 0
+            print(f"recording on n{h} of A served by n{o}: {frames} frames in the file, A sent {sent} in its first 3 s")
+            assert streams and streams[0]["codec_name"] == "vp8", f"the file's video: {streams}"
+            assert frames >= 0.8 * sent, f"the file holds {frames} frames of the {sent} A sent while it was recorded"
+
+    try:
+        run(c, body(), timeout=60)
+    finally:
+        shutil.rmtree(RECORDINGS, ignore_errors=True)
 
 
 def test_room_node_killed_closes_the_room_and_frees_its_media_elsewhere(cascade):
