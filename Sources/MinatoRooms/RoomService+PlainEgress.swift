@@ -20,6 +20,9 @@ final class PlainEgress {
     let ssrc: UInt32
     var localPort: UInt16 = 0
     var consumer: ConsumerId?
+    /// A publication served by another node (`cluster.cascade`): its stream relayed to the
+    /// room's node, held (one reference) while the egress lasts.
+    var forward: ForwardKey?
     /// SRTP keys (SDES-style) when the request asked for SRTP.
     var srtp: PlainSrtpParameters?
 
@@ -72,12 +75,8 @@ extension RoomService {
                             detail: "Plain RTP goes only to media.plain.allowedAddresses (\(configuration.plainAllowedAddresses.joined(separator: ", "))).")
         }
         guard let pub = room.publication(publicationId) else { throw RoomError.publicationNotFound(publicationId) }
-        guard let stream = pub.stream, let producer = pub.producer else {
+        guard let stream = pub.stream, pub.producer != nil else {
             throw RoomError(code: 409, name: "notForwardable", detail: "Publication '\(publicationId.prefix(80))' has no audio or video stream.")
-        }
-        guard pub.site == .home else {
-            throw RoomError(code: 409, name: "notForwardable",
-                            detail: "Publication '\(publicationId.prefix(80))' is served by another node of the cluster (cluster.cascade); plain RTP egress of it is not available yet.")
         }
         guard plainEgresses.count < configuration.plainMaxTransports else {
             throw RoomError.limitExceeded("At most \(configuration.plainMaxTransports) plain RTP transports may exist (media.plain.maxTransports).")
@@ -93,19 +92,7 @@ extension RoomService {
         do throws(RoomError) {
             let router = room.router, remote = egress.remote, keys = srtpParameters?.keys
             egress.localPort = try await onWorker(room) { try $0.createPlainTransport(id: tid, router: router, remote: remote, srtp: keys) }.port
-            guard room.publications.contains(where: { $0 === pub }), plainEgresses.contains(where: { $0 === egress }) else {
-                throw RoomError.publicationNotFound(publicationId)
-            }
-            let ssrc = egress.ssrc, pt = egress.codec.payloadType, video = pub.contentType == "video"
-            egress.consumer = try await onWorker(room) { core in
-                let c = try core.addConsumer(on: tid) { index in
-                    var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: ExtensionIdMap())
-                    c.pinned = true
-                    return c
-                }
-                if video { core.requestKeyFrame(producer) }
-                return c
-            }
+            try await attachEgress(egress, of: pub, in: room)
         } catch {
             closePlainEgress(egress)
             throw error
@@ -128,10 +115,71 @@ extension RoomService {
         return [:]
     }
 
+    /// Makes `e`'s consumer of `pub` on its plain transport: of the publication's own producer,
+    /// or, for one served by another node, of its stream relayed here.
+    private func attachEgress(_ e: PlainEgress, of pub: RoomPublication, in room: Room) async throws(RoomError) {
+        guard room.publications.contains(where: { $0 === pub }), plainEgresses.contains(where: { $0 === e }) else {
+            throw RoomError.publicationNotFound(pub.id)
+        }
+        let (producer, forward) = try await self.producer(of: pub, at: .home, in: room)
+        guard plainEgresses.contains(where: { $0 === e }), e.consumer == nil else {
+            if let forward { releaseForward(forward, in: room) }
+            throw RoomError.publicationNotFound(pub.id)
+        }
+        let tid = e.transport, ssrc = e.ssrc, pt = e.codec.payloadType, video = pub.contentType == "video"
+        do {
+            e.consumer = try await onWorker(room) { core in
+                let c = try core.addConsumer(on: tid) { index in
+                    var c = ConsumerParameters(producer: producer, transport: index, ssrc: ssrc, payloadType: pt, extensionIds: ExtensionIdMap())
+                    c.pinned = true
+                    return c
+                }
+                if video { core.requestKeyFrame(producer) }
+                return c
+            }
+        } catch {
+            if let forward { releaseForward(forward, in: room) }
+            throw error
+        }
+        // Closed meanwhile: its transport (and the consumer with it) is gone already.
+        guard plainEgresses.contains(where: { $0 === e }) else {
+            if let forward { releaseForward(forward, in: room) }
+            return
+        }
+        e.forward = forward
+    }
+
+    /// Relayed streams stopped (their relay failed): the egresses they fed lost their consumers
+    /// and are attached again over a new relay after 1 s, doubling to 30 s while that fails.
+    func egressRelayStopped(_ keys: [ForwardKey], in room: Room, attempt: Int = 1) {
+        for e in plainEgresses where e.roomId == room.id && (e.forward.map(keys.contains) ?? false) {
+            e.forward = nil
+            e.consumer = nil
+            reattachEgress(e, in: room, attempt: attempt)
+        }
+    }
+
+    private func reattachEgress(_ e: PlainEgress, in room: Room, attempt: Int) {
+        Task {
+            try? await Task.sleep(for: .milliseconds(min(1000 << min(attempt - 1, 5), 30_000)))
+            guard self.plainEgresses.contains(where: { $0 === e }), e.consumer == nil,
+                  let pub = room.publication(e.publicationId) else { return }
+            do {
+                try await self.attachEgress(e, of: pub, in: room)
+            } catch {
+                self.logger.warning("a plain RTP egress could not be attached to a new relay", metadata: [
+                    "id": "\(e.id)", "attempt": "\(attempt)", "error": "\(error)"])
+                self.reattachEgress(e, in: room, attempt: attempt + 1)
+            }
+        }
+    }
+
     /// Closes the transport (its consumer goes with it) and forgets it.
     func closePlainEgress(_ e: PlainEgress) {
         plainEgresses.removeAll { $0 === e }
         guard let room = rooms.first(where: { $0.id == e.roomId }) else { return }
+        if let f = e.forward { releaseForward(f, in: room) }
+        e.forward = nil
         let tid = e.transport
         workers[room.worker].post { $0.closeTransport(tid) }
     }

@@ -240,6 +240,7 @@ extension RoomService {
             sub.forward = nil
         }
         relayedStreamsStopped(crossed.map(\.key))
+        egressRelayStopped(crossed.map(\.key), in: room)
         for pub in room.publications where pub.speakerForward.map({ k in crossed.contains { $0.key == k } }) ?? false {
             pub.speakerForward = nil
             hearSpeaker(pub, in: room, attempt: 1)

@@ -531,6 +531,52 @@ def test_recording_of_a_publisher_served_by_another_node(cascade):
         shutil.rmtree(RECORDINGS, ignore_errors=True)
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is installed by the test command")
+def test_plain_egress_of_a_publisher_served_by_another_node(cascade):
+    """(l) Plain RTP egress of a publication served by another node: the room's node sends it
+    from the stream relayed there to FFmpeg listening on its loopback (in the room's node's
+    namespace, where media.plain.allowedAddresses lets it go), which decodes 60 frames."""
+    c = cascade
+
+    async def body() -> None:
+        def elsewhere(h: int) -> int:
+            return [i for i in NODES if i != h][0]
+        async with publishing_room(c, "cascade-plain", publisher_node=elsewhere) as call:
+            h, o = call.h, elsewhere(call.h)
+            port = 5004
+            sdp = (f"v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                   f"m=video {port} RTP/AVP 96\r\na=rtpmap:96 VP8/90000\r\na=rtcp:{port + 1}\r\na=recvonly\r\n")
+            ffmpeg = await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", c.node_ns[h], "ffmpeg", "-nostdin", "-v", "error",
+                "-protocol_whitelist", "file,udp,rtp,pipe", "-f", "sdp", "-i", "pipe:0",
+                "-frames:v", "60", "-f", "null", "-", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            try:
+                assert ffmpeg.stdin is not None
+                ffmpeg.stdin.write(sdp.encode())
+                ffmpeg.stdin.close()
+                # FFmpeg listens once the SDP is read; a stream sent before would miss its keyframe
+                # only until the next one the server asks for.
+                await asyncio.sleep(0.5)
+                status, _, body = await in_thread(c.admin, h, "POST", f"/v1/rooms/{call.rid}/plain-transports",
+                                                  {"publicationId": call.pub.id, "address": "127.0.0.1",
+                                                   "rtpPort": port, "payloadType": 96})
+                assert status == 201, f"plain egress on n{h} of A served by n{o}: {status} {body}"
+                _, err = await asyncio.wait_for(ffmpeg.communicate(), 20)
+            finally:
+                if ffmpeg.returncode is None:
+                    ffmpeg.kill()
+                    await ffmpeg.wait()
+            print(f"plain egress on n{h} of A served by n{o}: FFmpeg exit {ffmpeg.returncode}, "
+                  f"stderr {err.decode(errors='replace').strip()[:300]!r}")
+            assert ffmpeg.returncode == 0, f"FFmpeg: {err.decode(errors='replace')[:500]}"
+            egress = body["plainTransport"]
+            status, _, _ = await in_thread(c.admin, h, "DELETE", f"/v1/rooms/{call.rid}/plain-transports/{egress['id']}")
+            assert status == 200
+
+    run(c, body(), timeout=60)
+
+
 def test_room_node_killed_closes_the_room_and_frees_its_media_elsewhere(cascade):
     """(i) SIGKILL the room's node while two other nodes serve its subscribers: each subscriber's
     client gets the room `closed` with reason nodeFailed, and each serving node frees what it
