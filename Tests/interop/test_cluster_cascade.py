@@ -14,6 +14,10 @@ a fourth.
 (c) The publisher unpublishes: every subscriber's subscription ends (publicationUnsubscribed
     events), and the nodes' forwarded-packet counters stop growing.
 
+(d)-(l): a publisher served by another node, loss on a relay, a serving node killed, a relay cut
+    off and made again, active speakers, a recording and a plain RTP egress across nodes, the
+    room's node killed, a node over its load limit: each test's docstring says what it proves.
+
 One cluster for the module (Redis + n1..n3 in their namespaces, logs in
 artifacts/interop/cascade-*.log).
 """
@@ -76,6 +80,11 @@ def counters(c: Cluster, i: int, names: tuple[str, ...] = RTP_COUNTERS) -> dict[
 
 async def packet_counts(c: Cluster) -> dict[int, dict[str, float]]:
     return {i: await in_thread(counters, c, i) for i in NODES}
+
+
+def elsewhere(h: int) -> int:
+    """The first node that is not `h` (where a test serves a member that is not the room's node's)."""
+    return [i for i in NODES if i != h][0]
 
 
 class Call:
@@ -245,8 +254,6 @@ def test_publisher_served_by_another_node(cascade):
     c = cascade
 
     async def body() -> None:
-        def elsewhere(h: int) -> int:
-            return [i for i in NODES if i != h][0]
         async with publishing_room(c, "cascade-pub", publisher_node=elsewhere) as call:
             h, o1 = call.h, elsewhere(call.h)
             o2 = [i for i in NODES if i not in (h, o1)][0]
@@ -497,8 +504,6 @@ def test_recording_of_a_publisher_served_by_another_node(cascade):
     c = cascade
 
     async def body() -> None:
-        def elsewhere(h: int) -> int:
-            return [i for i in NODES if i != h][0]
         async with publishing_room(c, "cascade-rec", publisher_node=elsewhere) as call:
             h, o = call.h, elsewhere(call.h)
             await await_until(lambda: call.a.send_pc and call.a.send_pc.connectionState == "connected", 15,
@@ -539,8 +544,6 @@ def test_plain_egress_of_a_publisher_served_by_another_node(cascade):
     c = cascade
 
     async def body() -> None:
-        def elsewhere(h: int) -> int:
-            return [i for i in NODES if i != h][0]
         async with publishing_room(c, "cascade-plain", publisher_node=elsewhere) as call:
             h, o = call.h, elsewhere(call.h)
             port = 5004
