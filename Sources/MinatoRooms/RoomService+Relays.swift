@@ -18,7 +18,8 @@ struct ForwardKey: Hashable {
 }
 
 /// One relay between two sites of a room: a WebRTC transport on each (ICE, DTLS, SRTP), made
-/// on first need and kept while the room lives. Owned by its `Room`.
+/// on first need and closed when no relayed stream uses it (`closeRelayIfIdle`). Owned by its
+/// `Room`.
 final class RoomRelay {
     let key: RelayKey
     var transports: [MediaSite: TransportId] = [:]
@@ -216,6 +217,21 @@ extension RoomService {
         if let p = f.producer { postSite(f.key.site, room, .removeProducer(p)) }
         f.consumers = []
         f.producer = nil
+        closeRelayIfIdle(relayKey(f.source, f.key.site), in: room)
+    }
+
+    /// Closes the relay `key` when no relayed stream uses it any more (the last one stopped
+    /// `cluster.relayLingerMs` after its last subscriber, or its publication ended): an empty
+    /// room does not keep transports on two nodes until it closes. The next stream makes a new
+    /// one. Not a failure: nothing is attached again.
+    func closeRelayIfIdle(_ key: RelayKey, in room: Room) {
+        guard let relay = room.relays[key], relay.isSetUp,
+              !room.forwards.values.contains(where: { relayKey($0.source, $0.key.site) == key }) else { return }
+        room.relays[key] = nil
+        relay.ready = nil
+        for (site, id) in relay.transports { postSite(site, room, .closeTransport(id)) }
+        Counter(label: "minato_cluster_relays_closed_idle_total").increment()
+        logger.info("idle relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)"])
     }
 
     /// Every relayed stream of `pub` stops (it was unpublished).

@@ -244,6 +244,9 @@ def test_subscribers_served_where_they_connect_one_relay_stream_per_node(cascade
             for i in NODES:
                 grew = quiet_after[i]["minato_rtp_packets_forwarded_total"] - quiet_before[i]["minato_rtp_packets_forwarded_total"]
                 assert grew == 0, f"n{i} forwarded {grew} packets in the 1.5 s after A unpublished"
+            # With no stream left to carry, the room's relays are closed (the room itself stays).
+            status, _, stats = await in_thread(c.admin, h, "GET", f"/v1/rooms/{rid}/stats")
+            assert status == 200 and stats.get("relays") == [], f"relays after the unpublish: {status} {stats.get('relays')}"
 
     run(c, body(), timeout=90)
 
