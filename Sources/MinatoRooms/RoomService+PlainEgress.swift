@@ -151,25 +151,25 @@ extension RoomService {
 
     /// Relayed streams stopped (their relay failed): the egresses they fed lost their consumers
     /// and are attached again over a new relay after 1 s, doubling to 30 s while that fails.
-    func egressRelayStopped(_ keys: [ForwardKey], in room: Room, attempt: Int = 1) {
+    func egressRelayStopped(_ keys: [ForwardKey], in room: Room) {
         for e in plainEgresses where e.roomId == room.id && (e.forward.map(keys.contains) ?? false) {
             e.forward = nil
             e.consumer = nil
-            reattachEgress(e, in: room, attempt: attempt)
+            reattachEgress(e, in: room, after: 0)
         }
     }
 
-    private func reattachEgress(_ e: PlainEgress, in room: Room, attempt: Int) {
+    private func reattachEgress(_ e: PlainEgress, in room: Room, after failures: Int) {
         Task {
-            try? await Task.sleep(for: .milliseconds(min(1000 << min(attempt - 1, 5), 30_000)))
+            try? await Task.sleep(for: Self.relayBackoff(failures))
             guard self.plainEgresses.contains(where: { $0 === e }), e.consumer == nil,
                   let pub = room.publication(e.publicationId) else { return }
             do {
                 try await self.attachEgress(e, of: pub, in: room)
             } catch {
                 self.logger.warning("a plain RTP egress could not be attached to a new relay", metadata: [
-                    "id": "\(e.id)", "attempt": "\(attempt)", "error": "\(error)"])
-                self.reattachEgress(e, in: room, attempt: attempt + 1)
+                    "id": "\(e.id)", "failures": "\(failures + 1)", "error": "\(error)"])
+                self.reattachEgress(e, in: room, after: failures + 1)
             }
         }
     }

@@ -313,7 +313,7 @@ extension RoomService {
 
     /// Relayed streams stopped (their relay failed): the recordings fed by them stop (reason
     /// `relayFailed`), their files finished with what they had.
-    func relayedStreamsStopped(_ keys: [ForwardKey]) {
+    func recordingRelayStopped(_ keys: [ForwardKey]) {
         for r in recordings where r.isActive && r.streams.contains(where: { s in s.forward.map(keys.contains) ?? false }) {
             for i in r.streams.indices { r.streams[i].forward = nil }   // already stopped
             stopRecording(r, reason: "relayFailed")

@@ -255,11 +255,11 @@ extension RoomService {
             sub.consumer = nil
             sub.forward = nil
         }
-        relayedStreamsStopped(crossed.map(\.key))
+        recordingRelayStopped(crossed.map(\.key))
         egressRelayStopped(crossed.map(\.key), in: room)
         for pub in room.publications where pub.speakerForward.map({ k in crossed.contains { $0.key == k } }) ?? false {
             pub.speakerForward = nil
-            hearSpeaker(pub, in: room, attempt: 1)
+            hearSpeaker(pub, in: room, after: 0)
         }
         Counter(label: "minato_cluster_relay_failures_total").increment()
         logger.warning("relay closed", metadata: ["room": "\(room.id)", "relay": "\(relay.key)", "reason": "\(reason)",
@@ -297,12 +297,17 @@ extension RoomService {
         return true
     }
 
-    /// Runs `reattach` after a backoff: 1 s, doubling with each attempt that could not make a
-    /// relay, to at most 30 s.
+    /// How long whatever a failed relay fed (subscriptions, a speaker's stream, a plain RTP
+    /// egress) waits before it is attached again, after `failures` attempts that could not make
+    /// a relay: 1 s, doubling with each, to at most 30 s.
+    static func relayBackoff(_ failures: Int) -> Duration {
+        .milliseconds(min(1000 << min(max(failures, 0), 5), 30_000))
+    }
+
+    /// Runs `reattach` after `relayBackoff(attempt)`.
     func scheduleReattach(_ ids: [String], in room: Room, attempt: Int) {
-        let delay = Duration.milliseconds(min(1000 << min(attempt, 5), 30_000))
         Task {
-            try? await Task.sleep(for: delay)
+            try? await Task.sleep(for: Self.relayBackoff(attempt))
             await self.reattach(ids, in: room, attempt: attempt)
         }
     }

@@ -33,14 +33,14 @@ extension RoomService {
     /// Audio with levels published by a member served by another node is relayed to the room's
     /// node too, whoever subscribes to it, so the room's one speaker detector (on its router)
     /// hears every member wherever it is served. The relayed stream is held (one reference)
-    /// until the publication ends; when its relay fails it is made again after 1 s, doubling
-    /// to 30 s while it cannot be.
-    func hearSpeaker(_ pub: RoomPublication, in room: Room, attempt: Int = 0) {
+    /// until the publication ends; when its relay fails it is made again after
+    /// `relayBackoff(failures)` (`failures`: attempts that failed so far; nil: at once).
+    func hearSpeaker(_ pub: RoomPublication, in room: Room, after failures: Int? = nil) {
         guard pub.site != .home, pub.contentType == "audio", pub.stream?.audioLevelExtensionId != nil,
               pub.speakerForward == nil, !pub.hearing else { return }
         pub.hearing = true
         Task {
-            if attempt > 0 { try? await Task.sleep(for: .milliseconds(min(1000 << min(attempt - 1, 5), 30_000))) }
+            if let failures { try? await Task.sleep(for: Self.relayBackoff(failures)) }
             guard room.publication(pub.id) === pub, self.rooms.contains(where: { $0 === room }) else {
                 pub.hearing = false
                 return
@@ -54,8 +54,8 @@ extension RoomService {
             } catch {
                 pub.hearing = false
                 self.logger.warning("a speaker's audio could not be relayed to the room's node", metadata: [
-                    "room": "\(room.id)", "publication": "\(pub.id)", "attempt": "\(attempt)", "error": "\(error)"])
-                self.hearSpeaker(pub, in: room, attempt: attempt + 1)
+                    "room": "\(room.id)", "publication": "\(pub.id)", "failures": "\((failures ?? 0) + 1)", "error": "\(error)"])
+                self.hearSpeaker(pub, in: room, after: (failures ?? 0) + 1)
             }
         }
     }

@@ -80,17 +80,17 @@ final class WebRtcTransport {
     /// Where libnice runs the agents' timers (`WorkerCore.agentTimers`; nil: the worker's context).
     private let agentTimers: OpaquePointer?
 
-    /// The connecting side of a relay between nodes (`TransportRole.relayClient`): a full-ICE
-    /// controlling agent. Its socket stays with libnice (`refreshDirect`): the responses to its
-    /// own consent checks must reach it.
-    let relayClient: Bool
-    /// Either side of a relay (`TransportRole.isRelay`): its RTP is counted in `WorkerCounters.relay`.
-    let isRelay: Bool
+    /// A client's, or either side of a relay between nodes (`TransportRole`).
+    let role: TransportRole
+    /// The connecting side of a relay: a full-ICE controlling agent. Its socket stays with
+    /// libnice (`refreshDirect`): the responses to its own consent checks must reach it.
+    var relayClient: Bool { role == .relayClient }
+    /// Either side of a relay: its RTP is counted in `WorkerCounters.relay`.
+    var isRelay: Bool { role != .client }
 
     init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil,
          agentTimers: OpaquePointer? = nil, role: TransportRole = .client) {
-        self.relayClient = role == .relayClient
-        self.isRelay = role.isRelay
+        self.role = role
         self.id = id
         self.index = index
         self.worker = worker
