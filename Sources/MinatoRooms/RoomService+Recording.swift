@@ -198,10 +198,16 @@ extension RoomService {
         // The recording starts once every stream has reached the recorder (a video stream after its
         // first keyframe): the muxer writes nothing until each of its inputs has, so a stream that
         // never arrived would leave an empty file that cannot even be finished.
+        // The file's time zero is the first packet of any stream, not the last stream's: audio
+        // flows at once while video waits for its keyframe (seconds under loss), and the file
+        // holds that audio, so `durationMs` counts from it.
         let consumers = r.streams.compactMap(\.consumer)
         var flowing = false
+        var firstMediaAt: Date?
         for _ in 0..<(Self.firstMediaTimeoutMs / 50) {
-            flowing = try await onWorker(room) { core in consumers.allSatisfy { (core.consumerStats($0)?.packetsSent ?? 0) > 0 } }
+            let sent = try await onWorker(room) { core in consumers.map { (core.consumerStats($0)?.packetsSent ?? 0) > 0 } }
+            if firstMediaAt == nil, sent.contains(true) { firstMediaAt = Date() }
+            flowing = !sent.contains(false)
             if flowing || r.state != .starting || !process.isRunning { break }
             try? await Task.sleep(for: .milliseconds(50))
         }
@@ -211,7 +217,7 @@ extension RoomService {
                             detail: "Not every recorded publication sent media (a keyframe for video) within \(Self.firstMediaTimeoutMs / 1000) s; is one disabled?")
         }
         r.state = .recording
-        r.startedAt = Date()
+        r.startedAt = firstMediaAt ?? Date()
         room.recordings.append((r.id, r.summaryJSON))
         emit(room, "recordingStarted", ["recording": r.summaryJSON])
         flushOutbox()
