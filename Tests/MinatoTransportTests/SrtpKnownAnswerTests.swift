@@ -58,6 +58,48 @@ struct SrtpKnownAnswerTests {
                 == bytes("81c8000bcafebabec98b8b5df0392a55852b6c21ac8e7025c52c6fbea2b3b446ea31123ba88ce61e80000001"))
     }
 
+    /// Sessions carry many streams (a listener's transport: one per speaker and kind); libsrtp
+    /// finds each packet's stream by SSRC in Minato's own stream list
+    /// (scripts/libsrtp/minato_stream_list.c). Interleaved streams must each keep their own
+    /// sequence and replay window: a packet repeated is refused on its own stream only.
+    @Test("many SSRCs interleaved in one session, each its own stream", arguments: [SrtpProfile.aeadAes128Gcm, .aes128CmSha1_80])
+    func manyStreams(profile: SrtpProfile) throws {
+        let keyAndSalt = (0..<(profile == .aeadAes128Gcm ? 16 + 12 : 16 + 14)).map { UInt8(truncatingIfNeeded: $0 &* 37) }
+        let sender = try SrtpSession(profile: profile, localKeyAndSalt: keyAndSalt, remoteKeyAndSalt: keyAndSalt)
+        let receiver = try SrtpSession(profile: profile, localKeyAndSalt: keyAndSalt, remoteKeyAndSalt: keyAndSalt)
+        func packet(ssrc: UInt32, seq: UInt16) -> [UInt8] {
+            [0x80, 0x6f, UInt8(seq >> 8), UInt8(seq & 0xff), 0, 0, 0x10, 0x00,
+             UInt8(ssrc >> 24), UInt8((ssrc >> 16) & 0xff), UInt8((ssrc >> 8) & 0xff), UInt8(ssrc & 0xff)]
+                + [UInt8](repeating: UInt8(truncatingIfNeeded: ssrc &+ UInt32(seq)), count: 100)
+        }
+        func seal(_ plain: [UInt8]) -> [UInt8]? {
+            var buffer = plain + [UInt8](repeating: 0, count: SrtpSession.maxTrailer)
+            let n = buffer.withUnsafeMutableBytes { sender.protectRtp($0.baseAddress!, length: plain.count) }
+            return n.map { Array(buffer.prefix($0)) }
+        }
+        func open(_ sealed: [UInt8]) -> [UInt8]? {
+            var buffer = sealed
+            let n = buffer.withUnsafeMutableBytes { receiver.unprotectRtp($0.baseAddress!, length: $0.count) }
+            return n.map { Array(buffer.prefix($0)) }
+        }
+        let ssrcs: [UInt32] = (0..<24).map { 0x1000_0000 &+ UInt32($0) &* 0x0101_0101 }
+        var firstOfEach: [[UInt8]] = []
+        for round in 0..<6 {
+            for (i, ssrc) in ssrcs.enumerated() {
+                let plain = packet(ssrc: ssrc, seq: UInt16(100 + round * 3 + i % 2))
+                let sealed = try #require(seal(plain), "protect \(ssrc) round \(round)")
+                #expect(open(sealed) == plain, "stream \(ssrc) round \(round) round-trips")
+                if round == 0 { firstOfEach.append(sealed) }
+            }
+        }
+        // A replayed packet is refused on its stream; the same sequence number on a stream that
+        // has not seen it yet is accepted (each SSRC has its own replay window).
+        #expect(open(firstOfEach[5]) == nil, "a replay is refused")
+        let fresh = packet(ssrc: 0x7777_0001, seq: 100)
+        let sealedFresh = try #require(seal(fresh))
+        #expect(open(sealedFresh) == fresh, "a new SSRC with an old sequence number is its own stream")
+    }
+
     @Test("the linked libsrtp2 does its crypto with OpenSSL (scripts/build-libsrtp.sh), not Debian's NSS build")
     func backend() {
         let modules = CryptoRuntime.srtpCryptoModules
