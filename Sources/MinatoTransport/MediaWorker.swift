@@ -364,22 +364,25 @@ public final class WorkerCore {
         }
     }
 
-    /// Protects everything the engine left in its outbox (in place), chains each transport's
-    /// packets, and sends each chain in batches (`WebRtcTransport.send`). Counts what was sent
-    /// and every packet that was not, by reason. No Swift allocation; Debian's libsrtp2 (on
-    /// NSS) mallocs inside `srtp_protect` (bench/malloc-allowances.txt).
+    /// Chains the packets the engine left in its outbox by transport, then for each chain
+    /// protects them in place and sends them in batches (`WebRtcTransport.send`). Counts what
+    /// was sent and every packet that was not, by reason. No allocation (libsrtp on OpenSSL
+    /// allocates only with AES-CM + HMAC-SHA1: bench/malloc-allowances.txt).
     func flush() {
         let n = engine.transmitCount
         guard n > 0 else { return }
+        // Read once: the per-packet loop then makes no exclusivity check and no copy-on-write
+        // check on the worker's own arrays (a fifth of the Swift runtime's share in audio-50).
+        let byIndex = self.byIndex
+        let batch = self.batch
+        let heads = batch.heads, tails = batch.tails, next = batch.next, chains = batch.chainCapacity
         var touchedCount = 0
-        var i = 0
-        while i < n {
-            let tx = engine.transmit(at: i)
-            i += 1
+        for k in 0..<n {
+            let tx = engine.transmit(at: k)
             let ti = Int(tx.transport.slot)
             // The generation check keeps a packet for a closed transport from reaching the one
             // that reused its slot.
-            guard ti < byIndex.count, let t = byIndex[ti], t.index == tx.transport else {
+            guard ti < byIndex.count, ti < chains, let t = byIndex[ti], t.index == tx.transport else {
                 if ti < plainByIndex.count, let p = plainByIndex[ti], p.index == tx.transport {
                     sendPlain(p, tx)
                 } else {
@@ -387,48 +390,55 @@ public final class WorkerCore {
                 }
                 continue
             }
-            guard let srtp = t.srtp else { drops[DropReason.noSrtpSession.rawValue] &+= 1; continue }
-            guard let length = tx.isRtcp ? srtp.protectRtcp(tx.bytes, length: tx.length)
-                                         : srtp.protectRtp(tx.bytes, length: tx.length) else {
-                drops[DropReason.srtpProtectFailed.rawValue] &+= 1; continue
-            }
-            let k = i - 1
             batch.bases[k] = tx.bytes
-            batch.lengths[k] = length
             batch.clearLengths[k] = tx.length
             batch.isRtcp[k] = tx.isRtcp
-            batch.next[k] = -1
-            if batch.tails[ti] < 0 {
-                batch.heads[ti] = Int32(k)
+            next[k] = -1
+            if tails[ti] < 0 {
+                heads[ti] = Int32(k)
                 batch.touched[touchedCount] = Int32(ti)
                 touchedCount += 1
             } else {
-                batch.next[Int(batch.tails[ti])] = Int32(k)
+                next[Int(tails[ti])] = Int32(k)
             }
-            batch.tails[ti] = Int32(k)
+            tails[ti] = Int32(k)
         }
-        for j in 0..<touchedCount { sendChain(transportSlot: Int(batch.touched[j])) }
+        for j in 0..<touchedCount { sendChain(transportSlot: Int(batch.touched[j]), byIndex) }
         engine.clearTransmits()
     }
 
-    /// Sends one transport's chain, at most `SendBatch.maxPerCall` datagrams per call.
+    /// Protects one transport's chain in place (its transport and SRTP session are loaded once
+    /// for the chain, not per packet) and sends it, at most `SendBatch.maxPerCall` datagrams
+    /// per call.
     @inline(__always)
-    private func sendChain(transportSlot ti: Int) {
+    private func sendChain(transportSlot ti: Int, _ byIndex: ContiguousArray<WebRtcTransport?>) {
+        let batch = self.batch
         var k = batch.heads[ti]
         batch.heads[ti] = -1
         batch.tails[ti] = -1
         guard let t = byIndex[ti] else { return }
+        guard let srtp = t.srtp else {
+            while k >= 0 { drops[DropReason.noSrtpSession.rawValue] &+= 1; k = batch.next[Int(k)] }
+            return
+        }
         var count = 0
         while k >= 0 {
-            batch.scratchBases[count] = batch.bases[Int(k)]
-            batch.scratchLengths[count] = batch.lengths[Int(k)]
-            batch.scratchSlots[count] = k
+            let slot = Int(k)
+            k = batch.next[slot]
+            guard let base = batch.bases[slot] else { continue }
+            let clear = batch.clearLengths[slot]
+            guard let length = batch.isRtcp[slot] ? srtp.protectRtcp(base, length: clear)
+                                                  : srtp.protectRtp(base, length: clear) else {
+                drops[DropReason.srtpProtectFailed.rawValue] &+= 1; continue
+            }
+            batch.scratchBases[count] = base
+            batch.scratchLengths[count] = length
+            batch.scratchSlots[count] = Int32(slot)
             count += 1
             if count == SendBatch.maxPerCall {
                 sendScratch(t, count)
                 count = 0
             }
-            k = batch.next[Int(k)]
         }
         if count > 0 { sendScratch(t, count) }
     }
@@ -447,19 +457,26 @@ public final class WorkerCore {
     }
 
     /// Counts the scratch entries of one send call by what the kernel said of each: sent
-    /// (RTP packets and clear bytes, or RTCP packets) or dropped (`sendFailed`).
+    /// (RTP packets and clear bytes, or RTCP packets) or dropped (`sendFailed`). Summed in
+    /// locals, stored once per call.
     @inline(__always)
     func account(_ count: Int) {
+        let batch = self.batch
+        var rtp: UInt64 = 0, bytes: UInt64 = 0, rtcp: UInt64 = 0, failed: UInt64 = 0
         for j in 0..<count {
-            guard batch.scratchSent[j] != 0 else { drops[DropReason.sendFailed.rawValue] &+= 1; continue }
+            guard batch.scratchSent[j] != 0 else { failed &+= 1; continue }
             let k = Int(batch.scratchSlots[j])
             if batch.isRtcp[k] {
-                rtcpPacketsSent &+= 1
+                rtcp &+= 1
             } else {
-                rtpPacketsSent &+= 1
-                rtpBytesSent &+= UInt64(batch.clearLengths[k])
+                rtp &+= 1
+                bytes &+= UInt64(batch.clearLengths[k])
             }
         }
+        if failed > 0 { drops[DropReason.sendFailed.rawValue] &+= failed }
+        rtpPacketsSent &+= rtp
+        rtpBytesSent &+= bytes
+        rtcpPacketsSent &+= rtcp
     }
 
     /// Flushes early when half the outbox is used (a burst of input before the loop iteration ends).

@@ -450,24 +450,25 @@ struct DatagramSender {
 }
 
 /// Preallocated arrays for `WorkerCore.flush` (one per worker, owned by it): per outbox slot
-/// the protected length, clear length, kind and next slot of the same transport's chain; per
-/// transport slot the chain's head and tail; and a scratch list for one send call.
+/// the packet's base, clear length, kind and next slot of the same transport's chain; per
+/// transport slot the chain's head and tail; and a scratch list for one send call. All are raw
+/// memory: the flush loop writes them with no copy-on-write or exclusivity check.
 final class SendBatch {
     static let maxPerCall = 64
     /// UDP GSO (one message per run of equal-size packets); cleared if the kernel refuses it.
     var gso = true
     let slots: Int
     let bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
-    let lengths: UnsafeMutablePointer<Int>
     let clearLengths: UnsafeMutablePointer<Int>
     let isRtcp: UnsafeMutablePointer<Bool>
     let next: UnsafeMutablePointer<Int32>
     /// Transport slots with a chain in this flush, in first-packet order.
     let touched: UnsafeMutablePointer<Int32>
-    /// Per transport slot: first and last outbox slot of its chain (-1: none). Grown on the
-    /// control path (`reserve`), never during a flush.
-    var heads = ContiguousArray<Int32>()
-    var tails = ContiguousArray<Int32>()
+    /// Per transport slot (`chainCapacity` of them): first and last outbox slot of its chain
+    /// (-1: none). Grown on the control path (`reserve`), never during a flush.
+    private(set) var heads: UnsafeMutablePointer<Int32>
+    private(set) var tails: UnsafeMutablePointer<Int32>
+    private(set) var chainCapacity = 0
     let scratchBases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     let scratchLengths: UnsafeMutablePointer<Int>
     /// The outbox slot of each scratch entry (for counting what was sent).
@@ -478,11 +479,12 @@ final class SendBatch {
     init(slots: Int) {
         self.slots = slots
         bases = .allocate(capacity: slots)
-        lengths = .allocate(capacity: slots)
         clearLengths = .allocate(capacity: slots)
         isRtcp = .allocate(capacity: slots)
         next = .allocate(capacity: slots)
         touched = .allocate(capacity: slots)
+        heads = .allocate(capacity: 0)
+        tails = .allocate(capacity: 0)
         scratchBases = .allocate(capacity: Self.maxPerCall)
         scratchLengths = .allocate(capacity: Self.maxPerCall)
         scratchSlots = .allocate(capacity: Self.maxPerCall)
@@ -491,12 +493,24 @@ final class SendBatch {
 
     /// Makes room for transport slots up to `slot` (control path).
     func reserve(transportSlot slot: Int) {
-        while heads.count <= slot { heads.append(-1); tails.append(-1) }
+        guard slot >= chainCapacity else { return }
+        let capacity = max(slot + 1, chainCapacity * 2, 16)
+        let newHeads = UnsafeMutablePointer<Int32>.allocate(capacity: capacity)
+        let newTails = UnsafeMutablePointer<Int32>.allocate(capacity: capacity)
+        newHeads.initialize(repeating: -1, count: capacity)
+        newTails.initialize(repeating: -1, count: capacity)
+        newHeads.update(from: heads, count: chainCapacity)
+        newTails.update(from: tails, count: chainCapacity)
+        heads.deallocate()
+        tails.deallocate()
+        heads = newHeads
+        tails = newTails
+        chainCapacity = capacity
     }
 
     deinit {
-        bases.deallocate(); lengths.deallocate(); clearLengths.deallocate(); isRtcp.deallocate()
-        next.deallocate(); touched.deallocate()
+        bases.deallocate(); clearLengths.deallocate(); isRtcp.deallocate()
+        next.deallocate(); touched.deallocate(); heads.deallocate(); tails.deallocate()
         scratchBases.deallocate(); scratchLengths.deallocate(); scratchSlots.deallocate(); scratchSent.deallocate()
     }
 }
