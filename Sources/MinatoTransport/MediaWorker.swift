@@ -425,7 +425,7 @@ public final class WorkerCore {
         while k >= 0 {
             let slot = Int(k)
             k = batch.next[slot]
-            guard let base = batch.bases[slot] else { continue }
+            let base = batch.bases[slot]
             let clear = batch.clearLengths[slot]
             guard let length = batch.isRtcp[slot] ? srtp.protectRtcp(base, length: clear)
                                                   : srtp.protectRtp(base, length: clear) else {

@@ -458,7 +458,8 @@ final class SendBatch {
     /// UDP GSO (one message per run of equal-size packets); cleared if the kernel refuses it.
     var gso = true
     let slots: Int
-    let bases: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    /// Written by the flush loop before the chain that reads it (never read unwritten).
+    let bases: UnsafeMutablePointer<UnsafeMutableRawPointer>
     let clearLengths: UnsafeMutablePointer<Int>
     let isRtcp: UnsafeMutablePointer<Bool>
     let next: UnsafeMutablePointer<Int32>
