@@ -36,7 +36,9 @@ struct srtp_stream_list_ctx_t_ {
     srtp_stream_t *streams; /* inline_streams, or an allocation */
     uint32_t inline_ssrcs[INLINE_STREAMS];
     srtp_stream_t inline_streams[INLINE_STREAMS];
-};
+} __attribute__((aligned(64))); /* sizeof: 128, a multiple of the alignment, as aligned_alloc needs */
+
+_Static_assert(sizeof(struct srtp_stream_list_ctx_t_) == 128, "two cache lines");
 
 srtp_err_status_t srtp_stream_list_alloc(srtp_stream_list_t *list_ptr)
 {
