@@ -449,18 +449,17 @@ public final class WorkerCore {
             drops[DropReason.iceNotConnected.rawValue] &+= UInt64(count)
             return
         }
-        guard t.isRelay else { account(count); return }
-        let packets = rtpPacketsSent, bytes = rtpBytesSent
-        account(count)
-        relay.packetsSent &+= rtpPacketsSent &- packets
-        relay.bytesSent &+= rtpBytesSent &- bytes
+        let sent = account(count)
+        guard t.isRelay else { return }
+        relay.packetsSent &+= sent.packets
+        relay.bytesSent &+= sent.bytes
     }
 
     /// Counts the scratch entries of one send call by what the kernel said of each: sent
     /// (RTP packets and clear bytes, or RTCP packets) or dropped (`sendFailed`). Summed in
-    /// locals, stored once per call.
+    /// locals, stored once per call; returns the RTP packets and bytes sent (a relay's counts).
     @inline(__always)
-    func account(_ count: Int) {
+    func account(_ count: Int) -> (packets: UInt64, bytes: UInt64) {
         let batch = self.batch
         var rtp: UInt64 = 0, bytes: UInt64 = 0, rtcp: UInt64 = 0, failed: UInt64 = 0
         for j in 0..<count {
@@ -477,6 +476,7 @@ public final class WorkerCore {
         rtpPacketsSent &+= rtp
         rtpBytesSent &+= bytes
         rtcpPacketsSent &+= rtcp
+        return (rtp, bytes)
     }
 
     /// Flushes early when half the outbox is used (a burst of input before the loop iteration ends).

@@ -86,7 +86,7 @@ final class WebRtcTransport {
     /// libnice (`refreshDirect`): the responses to its own consent checks must reach it.
     var relayClient: Bool { role == .relayClient }
     /// Either side of a relay: its RTP is counted in `WorkerCounters.relay`.
-    var isRelay: Bool { role != .client }
+    var isRelay: Bool { role.isRelay }
 
     init(id: TransportId, index: TransportIndex, worker: WorkerCore, secure: SecureTransport, direct: DirectReceiver? = nil,
          agentTimers: OpaquePointer? = nil, role: TransportRole = .client) {
