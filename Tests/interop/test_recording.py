@@ -843,12 +843,48 @@ def test_playback_of_a_vp9_file_to_chromium(server, chromium):
         browser.close_page(page, log, "test_playback_of_a_vp9_file_to_chromium")
 
 
+# Samples the page's video sender every 100 ms (performance.now(), framesEncoded, framesSent,
+# keyFramesEncoded, pliCount, nackCount, qualityLimitationReason) into T.encoderSamples, so a
+# gap in a recording can be told apart from a pause of Chromium's encoder.
+SAMPLE_ENCODER = """() => {
+    T.encoderSamples = [];
+    T.encoderSampler = setInterval(async () => {
+      const o = { t: performance.now() / 1000 };
+      (await T.pubs.video._local.transceiver.sender.getStats()).forEach((s) => {
+        if (s.type !== 'outbound-rtp') return;
+        for (const k of ['framesEncoded', 'framesSent', 'keyFramesEncoded', 'pliCount', 'nackCount'])
+          o[k] = (o[k] || 0) + (s[k] || 0);
+        o.limit = s.qualityLimitationReason;
+      });
+      T.encoderSamples.push(o);
+    }, 100);
+}"""
+
+
+def encoder_summary(samples: list[dict]) -> dict:
+    """The longest time Chromium's framesEncoded (and framesSent) stood still, and the counters'
+    growth over the samples."""
+    def longest_still(key: str) -> float:
+        longest, since = 0.0, None
+        for a, b in zip(samples, samples[1:]):
+            if b.get(key, 0) == a.get(key, 0):
+                since = a["t"] if since is None else since
+                longest = max(longest, b["t"] - since)
+            else:
+                since = None
+        return longest
+    first, last = samples[0], samples[-1]
+    return {"encodedStill": round(longest_still("framesEncoded"), 2), "sentStill": round(longest_still("framesSent"), 2),
+            **{k: last.get(k, 0) - first.get(k, 0) for k in ("framesEncoded", "framesSent", "keyFramesEncoded", "pliCount", "nackCount")},
+            "limits": sorted({s.get("limit") for s in samples if s.get("limit")})}
+
+
 @pytest.mark.parametrize("mime,codec,fmt", [("video/H264", "h264", "mkv"), ("video/VP8", "vp8", "webm")])
 def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt: str):
     """Chromium (the browser SDK, fake camera and microphone) publishes H.264 (or VP8) and Opus; 10 s of it
     are recorded with 2% of every UDP datagram into the SFU and the recorder dropped (nftables,
     input): a Matroska file FFmpeg reads without an error, as long as the recording, whose video
-    never stops for more than 0.5 s."""
+    never stops for more than 0.5 s longer than Chromium's encoder did (sampled from its stats)."""
     page, log = browser.sdk_page(chromium, server, "chromium")
     page.evaluate("T.connect()")
     room_id = page.evaluate("(n) => T.findOrCreate(n)", f"rec-chrome-{os.getpid()}-{time.monotonic_ns()}")
@@ -860,6 +896,13 @@ def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt:
         stats = api(server, "GET", f"/v1/rooms/{room_id}/stats")[1]
         return any(p["packetsReceived"] > 100 for p in stats.get("publicationStats", []))
     wait_until(video_flows, 20, "Chromium's media reaches the server")
+
+    def publication_counters() -> dict:
+        stats = api(server, "GET", f"/v1/rooms/{room_id}/stats")[1]
+        return {p["publicationId"]: {k: p[k] for k in ("packetsReceived", "packetsLost", "nacksSent", "packetsRecovered", "keyFrameRequests")}
+                for p in stats.get("publicationStats", [])}
+    page.evaluate(SAMPLE_ENCODER)
+    before = publication_counters()
     with UdpLoss(2.0) as loss:
         status, body = api(server, "POST", f"/v1/rooms/{room_id}/recordings", {"memberId": member_id})
         assert status == 201, body
@@ -868,6 +911,10 @@ def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt:
         time.sleep(10.0)
         status, body = api(server, "DELETE", f"/v1/rooms/{room_id}/recordings/{rec['id']}")
         counters = loss.counters()
+    after = publication_counters()
+    encoder = encoder_summary(page.evaluate("() => { clearInterval(T.encoderSampler); return T.encoderSamples; }"))
+    # What the server saw of each publication during the recording (growth of its counters).
+    server_saw = {pid: {k: v - before.get(pid, {}).get(k, 0) for k, v in c.items()} for pid, c in after.items()}
     done, path = body["recording"], body["recording"]["file"]
     try:
         assert status == 200 and done["state"] == "stopped", body
@@ -883,13 +930,18 @@ def test_record_chromium_with_loss(server, chromium, mime: str, codec: str, fmt:
                     times.append(float(frame.pts * frame.time_base))
                     sizes.add(f"{frame.width}x{frame.height}")
         gaps = [b - a for a, b in zip(times, times[1:])]
+        worst = max(range(len(gaps)), key=lambda i: gaps[i])
         print(f"[recording] chromium {codec}: {duration:.2f} s (recording {done['durationMs']} ms), {len(times)} frames "
               f"of {sorted(sizes)}, "
-              f"longest gap {max(gaps):.3f} s, loss {counters}")
+              f"longest gap {max(gaps):.3f} s (after the frame at {times[worst]:.2f} s), loss {counters}; "
+              f"Chromium's video sender over the recording {encoder}; the server's publication counters {server_saw}")
         assert errors == "", errors[:2000]
         assert abs(duration - done["durationMs"] / 1000) < 0.5, f"the file lasts {duration} s, the recording {done['durationMs']} ms"
         assert len(times) >= 10 * duration, f"{len(times)} frames in {duration} s"
-        assert max(gaps) < 0.5, f"the video stops for {max(gaps):.2f} s"
+        # Chromium's encoder may skip frames on its own (libvpx's frame dropper after a large keyframe
+        # at a low estimate): a stall of its framesEncoded cannot be in the file, and is added.
+        assert max(gaps) < 0.5 + encoder["encodedStill"], \
+            f"the video stops for {max(gaps):.2f} s (Chromium's encoder for at most {encoder['encodedStill']} s)"
     except AssertionError:
         keep(path)
         raise
