@@ -193,6 +193,7 @@ final class WebRtcTransport {
 
     func iceChanged(_ progress: IceProgress) -> TransportUpdate {
         if progress == .connected {
+            ice?.settle()
             sender.reset()
             resendHeldHandshake()
         }
