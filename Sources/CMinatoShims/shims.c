@@ -38,10 +38,6 @@ NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean cont
     return agent;
 }
 
-void minato_nice_agent_set_idle_timeout(NiceAgent *agent, guint ms) {
-    g_object_set(G_OBJECT(agent), "idle-timeout", ms, NULL);
-}
-
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data) {
     return g_signal_connect(G_OBJECT(agent), "component-state-changed", G_CALLBACK(cb), data);
 }

@@ -138,16 +138,6 @@ final class IceAgent {
         }
     }
 
-    /// The agent has a nominated pair (it signalled connected): its connectivity-check timer
-    /// stops 50 ms after its last check instead of after libnice's 5 s `idle-timeout`. That
-    /// grace only delays declaring a component without a nominated pair failed, which this
-    /// one has; until it ran out, the timer ran every 20 ms (250 worker wake-ups per connect).
-    /// Work that comes later (an incoming check that needs one) starts the timer again.
-    func settle() { minato_nice_agent_set_idle_timeout(agent, Self.settledIdleTimeoutMs) }
-
-    /// libnice's least `idle-timeout`.
-    static let settledIdleTimeoutMs: guint = 50
-
     /// Stops callbacks and frees the agent. Call on the worker before dropping the owner.
     func close(context: OpaquePointer) {
         for h in signalHandlers { minato_signal_disconnect(UnsafeMutableRawPointer(agent), gulong(h)) }

@@ -193,7 +193,6 @@ final class WebRtcTransport {
 
     func iceChanged(_ progress: IceProgress) -> TransportUpdate {
         if progress == .connected {
-            ice?.settle()
             sender.reset()
             resendHeldHandshake()
         }

@@ -319,17 +319,6 @@ def test_member_without_media_is_kept_by_consent_and_a_gone_peer_is_removed(serv
     # pub's send connection, quiet's and gone's receive connections (and any an earlier test of
     # this module's server left open): every one.
     assert transports is not None and transports >= 3 and direct == transports, f"{direct} of {transports} transports read directly"
-    # Within libnice's 5 s idle grace after these connects: the agents' check timers stop once
-    # the pair is nominated (IceAgent.settle), so the worker does not wake every 20 ms for them.
-    fresh_timers, t_fresh = metric(samples, "minato_worker_agent_timer_wakeups_total") or 0.0, time.monotonic()
-    time.sleep(2.0)
-    samples = scrape(server.http)
-    fresh_rate = ((metric(samples, "minato_worker_agent_timer_wakeups_total") or 0.0) - fresh_timers) / (time.monotonic() - t_fresh)
-    fresh_settled = metric(samples, "minato_transports_direct") == metric(samples, "minato_transports") == transports
-    say(f"\n[consent] libnice agent timers ran {fresh_rate:.1f} times/s in the 2 s after the first frames "
-        f"({transports:.0f} transports, all connected throughout: {fresh_settled})")
-    assert fresh_settled, "a transport connected or went while the timers were counted"
-    assert fresh_rate < 10, f"agent timers ran {fresh_rate:.1f} times/s just after the transports connected"
     checks_before = quiet.evaluate(PAIR_CHECKS_JS)
     # pub stops publishing: quiet's and gone's receive connections carry no media from now on
     # (their only m-line is inactive), only ICE consent checks.

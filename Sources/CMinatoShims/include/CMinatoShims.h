@@ -17,9 +17,6 @@ typedef void (*minato_selected_pair_cb)(NiceAgent *agent, guint stream_id, guint
 /// Creates an agent with UPnP off; `lite` selects ICE-lite (controlled); `tcp` adds ICE-TCP
 /// (RFC 6544) host candidates beside the UDP ones.
 NiceAgent *minato_nice_agent_new(GMainContext *ctx, gboolean lite, gboolean controlling, gboolean tcp);
-/// Sets the agent's "idle-timeout" (ms, 50...60000): how long its connectivity-check timer keeps
-/// running, every 20 ms, after the last check before it stops (libnice's default: 5000).
-void minato_nice_agent_set_idle_timeout(NiceAgent *agent, guint ms);
 gulong minato_nice_on_component_state(NiceAgent *agent, minato_component_state_cb cb, gpointer data);
 gulong minato_nice_on_selected_pair(NiceAgent *agent, minato_selected_pair_cb cb, gpointer data);
 typedef void (*minato_gathering_done_cb)(NiceAgent *agent, guint stream_id, gpointer user_data);
