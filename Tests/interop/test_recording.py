@@ -873,6 +873,8 @@ def encoder_summary(samples: list[dict]) -> dict:
             else:
                 since = None
         return longest
+    if len(samples) < 2:
+        return {"encodedStill": 0.0, "samples": len(samples)}
     first, last = samples[0], samples[-1]
     return {"encodedStill": round(longest_still("framesEncoded"), 2), "sentStill": round(longest_still("framesSent"), 2),
             **{k: last.get(k, 0) - first.get(k, 0) for k in ("framesEncoded", "framesSent", "keyFramesEncoded", "pliCount", "nackCount")},
