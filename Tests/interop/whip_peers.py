@@ -379,7 +379,7 @@ class WhipClient:
         found = list(_DISCONNECT.finditer(text))
         if not found or found[-1].group(1) == "HTTP error":
             return None
-        return not any(not _TRICKLE.match(m.group(0)) for m in _PROBLEM.finditer(text, found[-1].end()))
+        return all(_TRICKLE.match(m.group(0)) for m in _PROBLEM.finditer(text, found[-1].end()))
 
     def wait_exit(self, timeout: float = 15.0) -> int:
         """Waits for whip-client to exit by itself (POST refused, server closed the session); returns
