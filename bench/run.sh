@@ -20,7 +20,7 @@ MODE="${1:-quick}"
 [ $# -gt 0 ] && shift
 case "$MODE" in
     quick) SCENARIOS="fanout-1-10"; DURATION=20; SERVERS="minato janus"; OUTDIR="bench/results"; CHECK=() ;;
-    full)  SCENARIOS="fanout-1-1,fanout-1-10,fanout-1-50,all-to-all-10,audio-50,audio-50-loudest-3"; DURATION=30; SERVERS="minato janus"
+    full)  SCENARIOS="fanout-1-1,fanout-1-10,fanout-1-10-cm,fanout-1-50,all-to-all-10,audio-50,audio-50-loudest-3"; DURATION=30; SERVERS="minato janus"
            OUTDIR="bench/results"; CHECK=() ;;
     smoke) SCENARIOS="fanout-1-10"; DURATION=10; SERVERS="minato"; OUTDIR="artifacts/bench"; CHECK=(--max-loss 5) ;;
     *) echo "usage: bench/run.sh quick|full|smoke [minato-bench run options]" >&2; exit 2 ;;

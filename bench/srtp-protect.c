@@ -6,26 +6,38 @@
  * under cachegrind twice (ROUNDS and 2 x ROUNDS) so that set-up cancels out, and prints
  * instructions and first-level data-cache misses per call: counts, not timings, so they do not
  * move with the machine's load.
- *   srtp-protect SESSIONS STREAMS SIZE ROUNDS [cm]   (AES-GCM-128, or AES-CM + HMAC-SHA1 with cm)
+ *   srtp-protect SESSIONS STREAMS SIZE ROUNDS [gcm|gcrypt|cm|cm-gcrypt] [time]
+ * With `time` it also prints the wall-clock nanoseconds per call of the protect loop, run
+ * natively (under valgrind the libraries see neither VAES nor the SHA extensions).
+ * gcm (the default): AES-GCM-128 with libsrtp's OpenSSL cipher; cm: AES-CM + HMAC-SHA1 with
+ * libsrtp's OpenSSL ones; gcrypt and cm-gcrypt: the same profiles with Minato's libgcrypt ciphers
+ * (scripts/libsrtp/minato_gcrypt.c), as the server runs them.
  */
 #include <srtp2/srtp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+srtp_err_status_t minato_srtp_use_gcrypt(void);
 
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: srtp-protect SESSIONS STREAMS SIZE ROUNDS [cm]\n");
+        fprintf(stderr, "usage: srtp-protect SESSIONS STREAMS SIZE ROUNDS [gcm|gcrypt|cm|cm-gcrypt]\n");
         return 2;
     }
     int sessions = atoi(argv[1]), streams = atoi(argv[2]), size = atoi(argv[3]), rounds = atoi(argv[4]);
-    int cm = argc > 5 && strcmp(argv[5], "cm") == 0;
+    int cm = argc > 5 && (strcmp(argv[5], "cm") == 0 || strcmp(argv[5], "cm-gcrypt") == 0);
+    int gcrypt = argc > 5 && (strcmp(argv[5], "gcrypt") == 0 || strcmp(argv[5], "cm-gcrypt") == 0);
     if (sessions < 1 || streams < 1 || size < 12 || size > 1400 || rounds < 0) {
         fprintf(stderr, "srtp-protect: bad arguments\n");
         return 2;
     }
     if (srtp_init() != srtp_err_status_ok) {
+        return 1;
+    }
+    if (gcrypt && minato_srtp_use_gcrypt() != srtp_err_status_ok) {
         return 1;
     }
     srtp_t *session = calloc((size_t)sessions, sizeof(srtp_t));
@@ -54,6 +66,9 @@ int main(int argc, char **argv)
     }
     unsigned char packet[1500];
     memset(packet, 0, sizeof packet);
+    int timed = argc > 6 && strcmp(argv[6], "time") == 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int round = 0; round < rounds; round++) {
         unsigned seq = (unsigned)round + 1;
         for (int s = 0; s < streams; s++) {
@@ -73,6 +88,11 @@ int main(int argc, char **argv)
                 }
             }
         }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (timed && rounds > 0) {
+        double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+        printf("%.0f\n", ns / ((double)rounds * sessions * streams));
     }
     return 0;
 }

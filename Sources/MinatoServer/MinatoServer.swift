@@ -44,7 +44,9 @@ public final class MinatoServer: Sendable {
             certificateFile: configuration.dtlsCertificateFile.isEmpty ? nil : configuration.dtlsCertificateFile,
             privateKeyFile: configuration.dtlsPrivateKeyFile.isEmpty ? nil : configuration.dtlsPrivateKeyFile)
         self.runtime = runtime
-        logger.info("SRTP by libsrtp2", metadata: ["crypto": "\(CryptoRuntime.srtpBackend)"])
+        logger.info("SRTP by libsrtp2", metadata: [
+            "build": "\(CryptoRuntime.srtpBackend)", "gcm": "\(CryptoRuntime.srtpCipher(for: .aeadAes128Gcm))",
+            "cm": "\(CryptoRuntime.srtpCipher(for: .aes128CmSha1_80))", "hmac": "\(CryptoRuntime.srtpHmac)"])
         let timeout = Duration.seconds(configuration.transportTimeoutSec)
         self.workers = (0..<configuration.resolvedWorkerCount).map { i in
             MediaWorker(index: i, runtime: runtime, ice: configuration.ice, transportTimeout: timeout,

@@ -71,8 +71,9 @@ final class MinatoLoad: RoomLoad, @unchecked Sendable {
     /// consent and RTCP once muted. `recover`: the SDK's media recovery (off where subscribers
     /// are muted: it would restart the ICE of a connection that stopped receiving, on a new
     /// socket without the filter).
-    init(url: String, latencyCapacity: Int = 1 << 16, quietIterationMicros: Int? = nil, recover: Bool = true) async throws {
-        var options = Context.Options(url: url, srtpProfiles: benchSrtpProfiles)
+    init(url: String, latencyCapacity: Int = 1 << 16, quietIterationMicros: Int? = nil, recover: Bool = true,
+         srtpProfiles: String = benchSrtpProfiles) async throws {
+        var options = Context.Options(url: url, srtpProfiles: srtpProfiles)
         options.recover = recover
         var contexts = [try await Context.setup(options), try await Context.setup(options)]
         if let quietIterationMicros {
@@ -153,7 +154,7 @@ final class MinatoLoad: RoomLoad, @unchecked Sendable {
 
 func setUpMinato(_ scenario: Scenario, _ shape: LoadShape, url: String) async throws -> Rig {
     let start = Date()
-    let load = try await MinatoLoad(url: url)
+    let load = try await MinatoLoad(url: url, srtpProfiles: scenario.srtpProfiles ?? benchSrtpProfiles)
     for r in 0..<scenario.rooms { try await load.addRoom(scenario, shape, index: r) }
     return load.rig(setupSec: Date().timeIntervalSince(start))
 }
@@ -210,13 +211,14 @@ final class JanusLoad: RoomLoad, @unchecked Sendable {
             "request": "create", "room": .number(Double(roomId)), "publishers": 100, "bitrate": 0, "fir_freq": 0,
             "audiocodec": "opus", "videocodec": "vp8", "notify_joining": false, "permanent": false])
         var feeds: [(owner: Int, feed: UInt64, kinds: [String])] = []
+        let profiles = scenario.srtpProfiles ?? benchSrtpProfiles
         for m in 0..<scenario.publishers {
             let worker = peers.workers[threadIndex(member: m, scenario)]
             let sources = makeSources(scenario, shape)
             let handle = try await api.attach()
             let thread = threadIndex(member: m, scenario)
             let (connection, offer, tracks) = try await worker.perform { core -> (WorkerBoundConnection, String, [OfferedTrack]) in
-                let c = try core.makeConnection(srtpProfiles: benchSrtpProfiles)
+                let c = try core.makeConnection(srtpProfiles: profiles)
                 let tracks = sources.enumerated().map { i, s in
                     OfferedTrack(mid: String(i), codec: s.codec, ssrc: UInt32.random(in: 1...UInt32.max), cname: "bench\(m)")
                 }
@@ -266,7 +268,7 @@ final class JanusLoad: RoomLoad, @unchecked Sendable {
             let remote = try ClientSdp.remoteTransport(of: offer)
             let thread = threadIndex(member: m, scenario)
             let (connection, answer, counters) = try await worker.perform { core -> (WorkerBoundConnection, String, [StreamCounter]) in
-                let c = try core.makeConnection(srtpProfiles: benchSrtpProfiles)
+                let c = try core.makeConnection(srtpProfiles: profiles)
                 let (answer, streams) = ClientSdp.answer(to: offer, local: c.local, sessionId: UInt64.random(in: 1...1 << 62),
                                                          version: 1, dtlsRole: .server)
                 let demux = InboundDemux()

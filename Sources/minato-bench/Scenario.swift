@@ -20,6 +20,8 @@ struct Scenario: Sendable, Codable {
     /// `minato-bench capacity`: the first `probes` subscribers of each room are measured, the
     /// others run on a quiet client thread and are muted once they received (nil: all measured).
     var probes: Int? = nil
+    /// The SRTP profiles every peer of the scenario offers (nil: `benchSrtpProfiles`).
+    var srtpProfiles: String? = nil
 
     /// Subscribing members per room.
     var subscribers: Int { allToAll ? members : members - publishers }
@@ -30,6 +32,11 @@ struct Scenario: Sendable, Codable {
     static let matrix: [Scenario] = [
         Scenario(name: "fanout-1-1", rooms: 1, members: 2, publishers: 1, allToAll: false, video: true, audio: false),
         Scenario(name: "fanout-1-10", rooms: 1, members: 11, publishers: 1, allToAll: false, video: true, audio: false),
+        // The same with every peer offering only AES_CM_128_HMAC_SHA1_80, the one profile
+        // GStreamer's and FFmpeg's WHEP players and simple-whip-client have: what CM costs
+        // against GCM.
+        Scenario(name: "fanout-1-10-cm", rooms: 1, members: 11, publishers: 1, allToAll: false, video: true, audio: false,
+                 srtpProfiles: "SRTP_AES128_CM_SHA1_80"),
         Scenario(name: "fanout-1-50", rooms: 1, members: 51, publishers: 1, allToAll: false, video: true, audio: false),
         // Ten people in a grid call: each sends 1 Mbit/s video (a grid tile) and audio.
         Scenario(name: "all-to-all-10", rooms: 1, members: 10, publishers: 10, allToAll: true, video: true, audio: true,

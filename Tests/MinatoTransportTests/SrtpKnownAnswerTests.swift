@@ -58,6 +58,34 @@ struct SrtpKnownAnswerTests {
                 == bytes("81c8000bcafebabec98b8b5df0392a55852b6c21ac8e7025c52c6fbea2b3b446ea31123ba88ce61e80000001"))
     }
 
+    /// The tag (GCM's, or HMAC-SHA1's with AES-CM) covers the header, the payload and the SRTCP
+    /// index: one changed bit anywhere in a protected RTP or RTCP packet, or a packet cut
+    /// short, is refused.
+    @Test("a packet changed anywhere is refused", arguments: [SrtpProfile.aeadAes128Gcm, .aeadAes256Gcm, .aes128CmSha1_80])
+    func refusesChanges(profile: SrtpProfile) throws {
+        let keyAndSalt = (0..<(profile.keyLength + profile.saltLength)).map { UInt8(truncatingIfNeeded: $0 &* 11 &+ 3) }
+        for rtcp in [false, true] {
+            let plain = rtcp ? Self.rtcpPlain : Self.rtpPlain
+            let sealed = try protect(plain, profile: profile, key: keyAndSalt, rtcp: rtcp)
+            for index in [1, 5, 11, plain.count, sealed.count - 1] {
+                // A fresh receiver each time: the replay window must not be what refuses it.
+                let receiver = try SrtpSession(profile: profile, localKeyAndSalt: keyAndSalt, remoteKeyAndSalt: keyAndSalt)
+                var changed = sealed
+                changed[index] ^= 0x04
+                let n = changed.withUnsafeMutableBytes { b in
+                    rtcp ? receiver.unprotectRtcp(b.baseAddress!, length: b.count) : receiver.unprotectRtp(b.baseAddress!, length: b.count)
+                }
+                #expect(n == nil, "\(profile) \(rtcp ? "RTCP" : "RTP"): byte \(index) of \(sealed.count) changed, yet accepted")
+            }
+            let receiver = try SrtpSession(profile: profile, localKeyAndSalt: keyAndSalt, remoteKeyAndSalt: keyAndSalt)
+            var short = Array(sealed.prefix(sealed.count - 4))
+            let n = short.withUnsafeMutableBytes { b in
+                rtcp ? receiver.unprotectRtcp(b.baseAddress!, length: b.count) : receiver.unprotectRtp(b.baseAddress!, length: b.count)
+            }
+            #expect(n == nil, "\(profile) \(rtcp ? "RTCP" : "RTP"): cut short, yet accepted")
+        }
+    }
+
     /// Sessions carry many streams (a listener's transport: one per speaker and kind); libsrtp
     /// finds each packet's stream by SSRC in Minato's own stream list
     /// (scripts/libsrtp/minato_stream_list.c). Interleaved streams must each keep their own
@@ -100,12 +128,23 @@ struct SrtpKnownAnswerTests {
         #expect(open(sealedFresh) == fresh, "a new SSRC with an old sequence number is its own stream")
     }
 
-    @Test("the linked libsrtp2 does its crypto with OpenSSL (scripts/build-libsrtp.sh), not Debian's NSS build")
+    @Test("the linked libsrtp2 is the OpenSSL build (scripts/build-libsrtp.sh), not Debian's NSS build")
     func backend() {
         let modules = CryptoRuntime.srtpCryptoModules
         print("libsrtp2 crypto modules: \(modules)")
         #expect(CryptoRuntime.srtpBackend == "OpenSSL")
         #expect(modules.contains("aes icm ossl"))
         #expect(!modules.contains { $0.split(separator: " ").contains("nss") })
+    }
+
+    @Test("new sessions get AES-GCM, AES-CM and HMAC-SHA1 on libgcrypt (scripts/libsrtp/minato_gcrypt.c)")
+    func ciphersOnGcrypt() {
+        let gcm128 = CryptoRuntime.srtpCipher(for: .aeadAes128Gcm), gcm256 = CryptoRuntime.srtpCipher(for: .aeadAes256Gcm)
+        let icm = CryptoRuntime.srtpCipher(for: .aes128CmSha1_80), hmac = CryptoRuntime.srtpHmac
+        print("libsrtp2 ciphers: \(gcm128); \(gcm256); \(icm); \(hmac)")
+        #expect(gcm128 == "AES-128 GCM using libgcrypt")
+        #expect(gcm256 == "AES-256 GCM using libgcrypt")
+        #expect(icm == "AES-128 counter mode using libgcrypt")
+        #expect(hmac == "hmac sha-1 using libgcrypt")
     }
 }
