@@ -149,7 +149,9 @@ struct Run: AsyncParsableCommand {
             }
             let window = try await measureWindow(r, server: s, duration: duration, forwardedCounter: counter, leftOutCounter: left)
             let result = makeResult(scenario: scenario, server: self.server, window: window, shape: shape,
-                                    setupSec: r.setupSec, srtp: "AEAD_AES_128_GCM (offered first; no AES-256-GCM)")
+                                    setupSec: r.setupSec,
+                                    srtp: scenario.srtpProfiles.map { "\($0) (the only ones offered)" }
+                                        ?? "AEAD_AES_128_GCM (offered first; no AES-256-GCM)")
             progress("\(scenario.name) on \(self.server): tearing down")
             await r.teardown()
             await s.stop()
