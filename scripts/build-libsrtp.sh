@@ -15,8 +15,9 @@ CONFIGURE_FLAGS="--enable-openssl --disable-pcap"
 # Two changes of Minato's to the packet path (scripts/libsrtp/, each measured in
 # docs/architecture.md "Where one core's time goes"): SSRC lookup in a dense array instead of a
 # list threaded through the streams (libsrtp's SRTP_NO_STREAM_LIST hook), and the GCM IV
-# length set once per key instead of before every packet. One addition: AES-GCM on libgcrypt
-# (minato_gcrypt.c), which the server puts in place of OpenSSL's GCM when it starts.
+# length set once per key instead of before every packet. One addition: AES-GCM, AES-CM and
+# HMAC-SHA1 on libgcrypt (minato_gcrypt.c), which the server puts in place of OpenSSL's when it
+# starts (so the library links libgcrypt as well as libcrypto).
 OURS="$(cd "$(dirname "$0")" && pwd)/libsrtp"
 RECIPE="minato-libsrtp 2: $CONFIGURE_FLAGS; $(cat "$OURS"/* | sha256sum | cut -c1-16)"   # changes with this script's output
 if [ -f "$PREFIX/.recipe" ] && [ "$(cat "$PREFIX/.recipe")" = "$RECIPE" ] \
