@@ -41,7 +41,7 @@ report, result, scenario, backlog = sys.argv[1:5]
 receiving = float(open(backlog).read().strip() or 0)
 us = next(r["cpuMicrosPerForwardedPacket"] for r in json.load(open(result)) if r["scenario"] == scenario)
 parts = {}
-order = ["kernel: UDP send/receive, scheduling, polling", "libgcrypt (AES-GCM / AES-CM / HMAC-SHA1)",
+order = ["kernel: UDP send/receive, scheduling, polling", "libgcrypt, nettle (AES-GCM / AES-CM, HMAC-SHA1)",
          "OpenSSL (libcrypto, libssl)", "libsrtp (stream lookup, replay window, headers)",
          "Minato's Swift code (engine, flush, direct receive)", "Swift runtime (retain/release, exclusivity, metadata)",
          "libc, GLib, libnice, C shims", "other"]
@@ -52,7 +52,7 @@ for line in open(report):
     share, dso, sym = float(m.group(1)), m.group(2), m.group(3).strip()
     if dso.startswith("[kernel") or dso == "[unknown]" and sym.startswith("0xffff"):
         k = order[0]
-    elif "libgcrypt" in dso:
+    elif "libgcrypt" in dso or "libnettle" in dso:
         k = order[1]
     elif "libcrypto" in dso or "libssl" in dso:
         k = order[2]

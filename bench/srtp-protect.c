@@ -10,7 +10,7 @@
  * With `time` it also prints the wall-clock nanoseconds per call of the protect loop, run
  * natively (under valgrind the libraries see neither VAES nor the SHA extensions).
  * gcm (the default): AES-GCM-128 with libsrtp's OpenSSL cipher; cm: AES-CM + HMAC-SHA1 with
- * libsrtp's OpenSSL ones; gcrypt and cm-gcrypt: the same profiles with Minato's libgcrypt ciphers
+ * libsrtp's OpenSSL ones; gcrypt and cm-gcrypt: the same profiles with Minato's libgcrypt/nettle ciphers
  * (scripts/libsrtp/minato_gcrypt.c), as the server runs them.
  */
 #include <srtp2/srtp.h>

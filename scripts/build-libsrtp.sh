@@ -8,16 +8,16 @@
 # (shared or static) instead: without PKG_CONFIG_PATH pointing here the link fails.
 # Idempotent and cached: a second run with the same recipe returns at once (no apt, no make).
 # Needs root (or sudo) the first time: it may add a deb-src entry for the machine's own suite
-# and install dpkg-dev, gcc, make, patch, libssl-dev, libgcrypt20-dev and pkg-config.
+# and install dpkg-dev, gcc, make, patch, libssl-dev, libgcrypt20-dev, nettle-dev and pkg-config.
 set -euo pipefail
 PREFIX="${LIBSRTP_OPENSSL_PREFIX:-$HOME/.cache/minato/libsrtp2-openssl}"
 CONFIGURE_FLAGS="--enable-openssl --disable-pcap"
 # Two changes of Minato's to the packet path (scripts/libsrtp/, each measured in
 # docs/architecture.md "Where one core's time goes"): SSRC lookup in a dense array instead of a
 # list threaded through the streams (libsrtp's SRTP_NO_STREAM_LIST hook), and the GCM IV
-# length set once per key instead of before every packet. One addition: AES-GCM, AES-CM and
-# HMAC-SHA1 on libgcrypt (minato_gcrypt.c), which the server puts in place of OpenSSL's when it
-# starts (so the library links libgcrypt as well as libcrypto).
+# length set once per key instead of before every packet. One addition: AES-GCM and AES-CM on
+# libgcrypt and HMAC-SHA1 on nettle (minato_gcrypt.c), which the server puts in place of
+# OpenSSL's when it starts (so the library links libgcrypt and nettle as well as libcrypto).
 OURS="$(cd "$(dirname "$0")" && pwd)/libsrtp"
 RECIPE="minato-libsrtp 2: $CONFIGURE_FLAGS; $(cat "$OURS"/* | sha256sum | cut -c1-16)"   # changes with this script's output
 if [ -f "$PREFIX/.recipe" ] && [ "$(cat "$PREFIX/.recipe")" = "$RECIPE" ] \
@@ -27,7 +27,7 @@ fi
 
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 need=()
-for pkg in dpkg-dev gcc make patch libssl-dev libgcrypt20-dev pkg-config; do
+for pkg in dpkg-dev gcc make patch libssl-dev libgcrypt20-dev nettle-dev pkg-config; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 updated=0
@@ -62,7 +62,7 @@ echo "build-libsrtp: building Debian libsrtp2 $version with OpenSSL into $PREFIX
 cd "$src"
 patch -s -p1 < "$OURS/gcm-ivlen-at-init.patch"
 cp "$OURS/minato_stream_list.c" "$OURS/minato_gcrypt.c" srtp/
-./configure -q $CONFIGURE_FLAGS --prefix="$PREFIX.tmp" CPPFLAGS="-DSRTP_NO_STREAM_LIST" LIBS="-lgcrypt" >/dev/null
+./configure -q $CONFIGURE_FLAGS --prefix="$PREFIX.tmp" CPPFLAGS="-DSRTP_NO_STREAM_LIST" LIBS="-lgcrypt -lnettle" >/dev/null
 make -s -j"$(nproc)" srtpobj="srtp/srtp.o srtp/minato_stream_list.o srtp/minato_gcrypt.o" libsrtp2.a test >/dev/null
 # libsrtp's own known-answer self-tests of the packet path and of every cipher.
 test/srtp_driver -v >/dev/null
@@ -72,7 +72,7 @@ make -s srtpobj="srtp/srtp.o srtp/minato_stream_list.o srtp/minato_gcrypt.o" ins
 mv "$PREFIX.tmp/lib/libsrtp2.a" "$PREFIX.tmp/lib/libsrtp2-openssl.a"
 rm -rf "$PREFIX.tmp/lib/pkgconfig"
 mkdir -p "$PREFIX.tmp/lib/pkgconfig"
-# Relocatable (${pcfiledir}); libcrypto and libgcrypt in Requires, since SwiftPM ignores Libs.private.
+# Relocatable (${pcfiledir}); libcrypto, libgcrypt and nettle in Requires, since SwiftPM ignores Libs.private.
 cat > "$PREFIX.tmp/lib/pkgconfig/libsrtp2-openssl.pc" <<PC
 prefix=\${pcfiledir}/../..
 libdir=\${prefix}/lib
@@ -81,7 +81,7 @@ includedir=\${prefix}/include
 Name: libsrtp2-openssl
 Description: Debian's libsrtp2 ${version} source package built with ${CONFIGURE_FLAGS}, static
 Version: ${version%%-*}
-Requires: libcrypto libgcrypt
+Requires: libcrypto libgcrypt nettle
 Cflags: -I\${includedir}
 Libs: -L\${libdir} -lsrtp2-openssl
 PC

@@ -112,9 +112,9 @@ public final class CryptoRuntime: @unchecked Sendable {
     }
 
     /// libsrtp2 is initialised once per process (a second `srtp_init` fails); a process may
-    /// hold several runtimes (a client with several contexts, tests). Then AES-GCM, AES-CM and
-    /// HMAC-SHA1 move to libgcrypt (scripts/libsrtp/minato_gcrypt.c: about 40% fewer
-    /// instructions per GCM packet than libsrtp's OpenSSL cipher, docs/architecture.md); a
+    /// hold several runtimes (a client with several contexts, tests). Then AES-GCM and AES-CM
+    /// move to libgcrypt and HMAC-SHA1 to nettle (scripts/libsrtp/minato_gcrypt.c: about 40%
+    /// fewer instructions per GCM packet than libsrtp's OpenSSL cipher, docs/architecture.md); a
     /// replacement that fails libsrtp's known answers fails the initialisation, so no session
     /// is made with it.
     static let srtpInitStatus: srtp_err_status_t = {

@@ -20,7 +20,7 @@ public enum SrtpProfile: Sendable, Equatable {
 /// One direction pair of libsrtp2 contexts for a transport: `inbound` keyed with the remote
 /// master key, `outbound` with ours. Owns both `srtp_t` handles; lives on the media worker.
 /// Every call protects or unprotects in place in the caller's buffer. Nothing allocates: not
-/// Swift, and not libsrtp2 with its ciphers on libgcrypt (scripts/build-libsrtp.sh; checked by
+/// Swift, and not libsrtp2 with its ciphers on libgcrypt and nettle (scripts/build-libsrtp.sh; checked by
 /// `make bench-micro`, bench/malloc-allowances.txt).
 /// Public for the micro benchmarks (header rewrite + protect); the first session initialises
 /// libsrtp (once per process) if no `CryptoRuntime` did.

@@ -72,7 +72,7 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     // srtp_protect alone for one 1200-byte packet, per profile: what libsrtp2 (scripts/build-libsrtp.sh,
-    // its ciphers on libgcrypt) costs per subscriber packet. Neither profile allocates (AES-CM +
+    // its ciphers on libgcrypt and nettle) costs per subscriber packet. Neither profile allocates (AES-CM +
     // HMAC-SHA1 did twice per call while its HMAC was OpenSSL 3's).
     for (name, profile) in [("GCM", SrtpProfile.aeadAes128Gcm), ("AES-CM-HMAC-SHA1-80", .aes128CmSha1_80)] {
         Benchmark("srtp_protect \(name), 1200 B (per packet)") { benchmark in
