@@ -322,28 +322,38 @@ const srtp_cipher_type_t minato_gcrypt_icm_256 = {
 };
 
 /* ---- HMAC-SHA1, on nettle: libgcrypt's HMAC allocates a hash context each time it finishes a
- * MAC (gcry_mac_read), nettle's keeps the keyed inner and outer states in its own structure and
- * allocates nothing. ---- */
+ * MAC (gcry_mac_read), nettle's keeps the keyed states in its own structure and allocates
+ * nothing. Only nettle's documented calls are used: its digest leaves the structure ready for
+ * the next message under the same key, so `start` only has to re-key after a message that was
+ * begun and never finished (libsrtp does not do that, but nothing here relies on it). ---- */
 
 #define MINATO_SHA1_LEN SHA1_DIGEST_SIZE
+#define MINATO_HMAC_MAX_KEY SHA1_BLOCK_SIZE
+
+typedef struct {
+    struct hmac_sha1_ctx ctx;
+    uint8_t key[MINATO_HMAC_MAX_KEY];
+    size_t key_len;
+    int pending; /* data hashed since the last MAC */
+} minato_hmac_state_t;
 
 extern const srtp_auth_type_t minato_nettle_hmac;
 
 static srtp_err_status_t minato_hmac_alloc(srtp_auth_t **a, int key_len, int out_len)
 {
-    if (out_len < 0 || out_len > MINATO_SHA1_LEN || key_len < 0) {
+    if (out_len < 0 || out_len > MINATO_SHA1_LEN || key_len < 0 || key_len > MINATO_HMAC_MAX_KEY) {
         return srtp_err_status_bad_param;
     }
     srtp_auth_t *auth = calloc(1, sizeof(srtp_auth_t));
-    struct hmac_sha1_ctx *ctx = calloc(1, sizeof(struct hmac_sha1_ctx));
-    if (auth == NULL || ctx == NULL) {
+    minato_hmac_state_t *state = calloc(1, sizeof(minato_hmac_state_t));
+    if (auth == NULL || state == NULL) {
         free(auth);
-        free(ctx);
+        free(state);
         *a = NULL;
         return srtp_err_status_alloc_fail;
     }
     auth->type = &minato_nettle_hmac;
-    auth->state = ctx;
+    auth->state = state;
     auth->out_len = out_len;
     auth->key_len = key_len;
     auth->prefix_len = 0;
@@ -353,10 +363,10 @@ static srtp_err_status_t minato_hmac_alloc(srtp_auth_t **a, int key_len, int out
 
 static srtp_err_status_t minato_hmac_dealloc(srtp_auth_t *a)
 {
-    struct hmac_sha1_ctx *ctx = a->state;
-    if (ctx != NULL) {
-        memset(ctx, 0, sizeof *ctx); /* the keyed states */
-        free(ctx);
+    minato_hmac_state_t *state = a->state;
+    if (state != NULL) {
+        memset(state, 0, sizeof *state); /* the key and the keyed states */
+        free(state);
     }
     free(a);
     return srtp_err_status_ok;
@@ -364,28 +374,36 @@ static srtp_err_status_t minato_hmac_dealloc(srtp_auth_t *a)
 
 static srtp_err_status_t minato_hmac_init(void *statev, const uint8_t *key, int key_len)
 {
-    if (key_len < 0) {
+    minato_hmac_state_t *state = statev;
+    if (key_len < 0 || key_len > MINATO_HMAC_MAX_KEY) {
         return srtp_err_status_bad_param;
     }
-    hmac_sha1_set_key(statev, (size_t)key_len, key);
+    memcpy(state->key, key, (size_t)key_len);
+    state->key_len = (size_t)key_len;
+    hmac_sha1_set_key(&state->ctx, state->key_len, state->key);
+    state->pending = 0;
     return srtp_err_status_ok;
 }
 
-/* A new message under the same key: the running state back to the keyed inner one (what
- * nettle's own digest does after each MAC). */
+/* A new message under the same key. */
 static srtp_err_status_t minato_hmac_start(void *statev)
 {
-    struct hmac_sha1_ctx *ctx = statev;
-    memcpy(&ctx->state, &ctx->inner, sizeof ctx->state);
+    minato_hmac_state_t *state = statev;
+    if (state->pending) {
+        hmac_sha1_set_key(&state->ctx, state->key_len, state->key);
+        state->pending = 0;
+    }
     return srtp_err_status_ok;
 }
 
 static srtp_err_status_t minato_hmac_update(void *statev, const uint8_t *message, int octets)
 {
+    minato_hmac_state_t *state = statev;
     if (octets < 0) {
         return srtp_err_status_bad_param;
     }
-    hmac_sha1_update(statev, (size_t)octets, message);
+    hmac_sha1_update(&state->ctx, (size_t)octets, message);
+    state->pending = 1;
     return srtp_err_status_ok;
 }
 
@@ -393,12 +411,14 @@ static srtp_err_status_t minato_hmac_update(void *statev, const uint8_t *message
 static srtp_err_status_t minato_hmac_compute(void *statev, const uint8_t *message, int octets, int tag_len,
                                              uint8_t *result)
 {
+    minato_hmac_state_t *state = statev;
     uint8_t mac[MINATO_SHA1_LEN];
     if (tag_len < 0 || tag_len > MINATO_SHA1_LEN || octets < 0) {
         return srtp_err_status_bad_param;
     }
-    hmac_sha1_update(statev, (size_t)octets, message);
-    hmac_sha1_digest(statev, sizeof mac, mac);
+    hmac_sha1_update(&state->ctx, (size_t)octets, message);
+    hmac_sha1_digest(&state->ctx, sizeof mac, mac); /* and ready for the next message */
+    state->pending = 0;
     memcpy(result, mac, (size_t)tag_len);
     return srtp_err_status_ok;
 }
