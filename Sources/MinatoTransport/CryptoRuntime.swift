@@ -98,17 +98,20 @@ public final class CryptoRuntime: @unchecked Sendable {
         case .aeadAes256Gcm: id = SRTP_AES_GCM_256
         case .aes128CmSha1_80: id = SRTP_AES_ICM_128
         }
-        var buffer = [CChar](repeating: 0, count: 128)
-        let n = minato_srtp_cipher_description(id, &buffer, buffer.count)
-        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return cText { minato_srtp_cipher_description(id, $0, $1) }
     }
 
     /// The description of libsrtp's HMAC-SHA1 (AES_CM_128_HMAC_SHA1_80's authentication).
     public static var srtpHmac: String {
         _ = srtpInitStatus
+        return cText { minato_srtp_hmac_description($0, $1) }
+    }
+
+    /// What a C call writes into a buffer (buffer, capacity) -> length, as a String.
+    private static func cText(_ fill: (UnsafeMutablePointer<CChar>, Int) -> Int) -> String {
         var buffer = [CChar](repeating: 0, count: 128)
-        let n = minato_srtp_hmac_description(&buffer, buffer.count)
-        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let n = buffer.withUnsafeMutableBufferPointer { b in b.baseAddress.map { fill($0, b.count) } ?? 0 }
+        return String(decoding: buffer.prefix(max(0, min(n, buffer.count))).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// libsrtp2 is initialised once per process (a second `srtp_init` fails); a process may

@@ -47,8 +47,42 @@ extern const srtp_cipher_test_case_t srtp_aes_icm_128_test_case_0;
 extern const srtp_cipher_test_case_t srtp_aes_icm_256_test_case_0;
 extern const srtp_auth_test_case_t srtp_hmac_test_case_0;
 
+/* Allocates a libsrtp cipher whose state (`state_size` bytes, zeroed) begins with a libgcrypt
+ * handle, opened for `algo` in `mode`. Shared by the GCM and counter-mode types. */
+static srtp_err_status_t minato_cipher_alloc(srtp_cipher_t **c, const srtp_cipher_type_t *type, int algorithm,
+                                             int key_len, int algo, int mode, size_t state_size)
+{
+    srtp_cipher_t *cipher = calloc(1, sizeof(srtp_cipher_t));
+    gcry_cipher_hd_t *state = calloc(1, state_size);
+    if (cipher == NULL || state == NULL || gcry_cipher_open(state, algo, mode, 0) != 0) {
+        free(cipher);
+        free(state);
+        *c = NULL;
+        return srtp_err_status_alloc_fail;
+    }
+    cipher->type = type;
+    cipher->state = state;
+    cipher->key_len = key_len;
+    cipher->algorithm = algorithm;
+    *c = cipher;
+    return srtp_err_status_ok;
+}
+
+/* Closes the handle (which wipes its key schedule), wipes the rest of the state, frees both. */
+static srtp_err_status_t minato_cipher_dealloc(srtp_cipher_t *c, size_t state_size)
+{
+    gcry_cipher_hd_t *state = c->state;
+    if (state != NULL) {
+        gcry_cipher_close(*state);
+        memset(state, 0, state_size);
+        free(state);
+    }
+    free(c);
+    return srtp_err_status_ok;
+}
+
 typedef struct {
-    gcry_cipher_hd_t hd;
+    gcry_cipher_hd_t hd; /* first: minato_cipher_alloc opens it */
     int key_size;
     int tag_len;
     srtp_cipher_direction_t dir;
@@ -80,40 +114,24 @@ static srtp_err_status_t minato_gcm_alloc(srtp_cipher_t **c, int key_len, int ta
     if (tag_len != 16 && tag_len != 8) {
         return srtp_err_status_bad_param;
     }
-    srtp_cipher_t *cipher = calloc(1, sizeof(srtp_cipher_t));
-    minato_gcm_state_t *state = calloc(1, sizeof(minato_gcm_state_t));
-    if (cipher == NULL || state == NULL) {
-        free(cipher);
-        free(state);
+    srtp_cipher_t *cipher = NULL;
+    srtp_err_status_t status = minato_cipher_alloc(&cipher, type, algorithm, key_len, algo, GCRY_CIPHER_MODE_GCM,
+                                                   sizeof(minato_gcm_state_t));
+    if (status != srtp_err_status_ok) {
         *c = NULL;
-        return srtp_err_status_alloc_fail;
+        return status;
     }
-    if (gcry_cipher_open(&state->hd, algo, GCRY_CIPHER_MODE_GCM, 0) != 0) {
-        free(cipher);
-        free(state);
-        *c = NULL;
-        return srtp_err_status_alloc_fail;
-    }
+    minato_gcm_state_t *state = cipher->state;
     state->key_size = key_size;
     state->tag_len = tag_len;
     state->dir = srtp_direction_any;
-    cipher->type = type;
-    cipher->state = state;
-    cipher->key_len = key_len;
-    cipher->algorithm = algorithm;
     *c = cipher;
     return srtp_err_status_ok;
 }
 
 static srtp_err_status_t minato_gcm_dealloc(srtp_cipher_t *c)
 {
-    minato_gcm_state_t *state = c->state;
-    if (state != NULL) {
-        gcry_cipher_close(state->hd); /* wipes the key schedule */
-        free(state);
-    }
-    free(c);
-    return srtp_err_status_ok;
+    return minato_cipher_dealloc(c, sizeof(minato_gcm_state_t));
 }
 
 static srtp_err_status_t minato_gcm_init(void *cv, const uint8_t *key)
@@ -209,7 +227,7 @@ const srtp_cipher_type_t minato_gcrypt_gcm_256 = {
 #define MINATO_ICM_BLOCK 16
 
 typedef struct {
-    gcry_cipher_hd_t hd;
+    gcry_cipher_hd_t hd; /* first: minato_cipher_alloc opens it */
     int key_size;
     uint8_t offset[MINATO_ICM_BLOCK]; /* the 14-octet salt, then two zero octets */
 } minato_icm_state_t;
@@ -237,39 +255,22 @@ static srtp_err_status_t minato_icm_alloc(srtp_cipher_t **c, int key_len, int ta
     } else {
         return srtp_err_status_bad_param;
     }
-    srtp_cipher_t *cipher = calloc(1, sizeof(srtp_cipher_t));
-    minato_icm_state_t *state = calloc(1, sizeof(minato_icm_state_t));
-    if (cipher == NULL || state == NULL) {
-        free(cipher);
-        free(state);
+    srtp_cipher_t *cipher = NULL;
+    srtp_err_status_t status = minato_cipher_alloc(&cipher, type, algorithm, key_len, algo, GCRY_CIPHER_MODE_CTR,
+                                                   sizeof(minato_icm_state_t));
+    if (status != srtp_err_status_ok) {
         *c = NULL;
-        return srtp_err_status_alloc_fail;
+        return status;
     }
-    if (gcry_cipher_open(&state->hd, algo, GCRY_CIPHER_MODE_CTR, 0) != 0) {
-        free(cipher);
-        free(state);
-        *c = NULL;
-        return srtp_err_status_alloc_fail;
-    }
+    minato_icm_state_t *state = cipher->state;
     state->key_size = key_size;
-    cipher->type = type;
-    cipher->state = state;
-    cipher->key_len = key_len;
-    cipher->algorithm = algorithm;
     *c = cipher;
     return srtp_err_status_ok;
 }
 
 static srtp_err_status_t minato_icm_dealloc(srtp_cipher_t *c)
 {
-    minato_icm_state_t *state = c->state;
-    if (state != NULL) {
-        gcry_cipher_close(state->hd);
-        memset(state->offset, 0, sizeof state->offset);
-        free(state);
-    }
-    free(c);
-    return srtp_err_status_ok;
+    return minato_cipher_dealloc(c, sizeof(minato_icm_state_t));
 }
 
 /* `key` is the AES key followed by the 14-octet salt. */
@@ -455,6 +456,18 @@ srtp_err_status_t minato_srtp_use_gcrypt(void)
     return srtp_replace_auth_type(&minato_nettle_hmac, SRTP_HMAC_SHA1);
 }
 
+/* Copies `text` into `out` (at most capacity - 1 bytes, NUL-terminated); returns its length. */
+static size_t minato_copy_text(const char *text, char *out, size_t capacity)
+{
+    size_t n = strlen(text);
+    if (n >= capacity) {
+        n = capacity - 1;
+    }
+    memcpy(out, text, n);
+    out[n] = 0;
+    return n;
+}
+
 /*
  * The description of the cipher libsrtp allocates for `id` now (what a new session would use),
  * copied into `out` (NUL-terminated); 0 if none.
@@ -474,28 +487,19 @@ size_t minato_srtp_cipher_description(int id, char *out, size_t capacity)
     if (capacity == 0 || srtp_crypto_kernel_alloc_cipher((srtp_cipher_type_id_t)id, &c, key_len, tag_len) != srtp_err_status_ok) {
         return 0;
     }
-    size_t n = strlen(c->type->description);
-    if (n >= capacity) {
-        n = capacity - 1;
-    }
-    memcpy(out, c->type->description, n);
-    out[n] = 0;
+    size_t n = minato_copy_text(c->type->description, out, capacity);
     srtp_cipher_dealloc(c);
     return n;
 }
 
+/* The same for the HMAC-SHA1 auth function. */
 size_t minato_srtp_hmac_description(char *out, size_t capacity)
 {
     srtp_auth_t *a = NULL;
     if (capacity == 0 || srtp_crypto_kernel_alloc_auth(SRTP_HMAC_SHA1, &a, 20, 10) != srtp_err_status_ok) {
         return 0;
     }
-    size_t n = strlen(a->type->description);
-    if (n >= capacity) {
-        n = capacity - 1;
-    }
-    memcpy(out, a->type->description, n);
-    out[n] = 0;
+    size_t n = minato_copy_text(a->type->description, out, capacity);
     srtp_auth_dealloc(a);
     return n;
 }
